@@ -1,0 +1,134 @@
+"""The store contract: runs and their append-only evaluation records.
+
+Every backend (in-memory, SQLite, PostgreSQL through SQLAlchemy) passes the same contract
+suite (tests/store_contract.py), in the way Optuna tests its storages. Records are append-only
+and unique per (run, genome key): a resumed run can never record the same evaluation twice, and
+nothing recorded is ever rewritten.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+from fitness.records import Evaluation, Status
+
+
+class StoreError(RuntimeError):
+    """The store cannot be reached or used; the message says which URL and why."""
+
+
+class RunNotFound(KeyError):
+    pass
+
+
+class DuplicateRecord(ValueError):
+    """An evaluation of this genome is already recorded in this run."""
+
+
+RUN_STATES = ("running", "finished", "interrupted", "failed")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    name: str
+    family: str
+    seed: int
+    config: Mapping[str, Any] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    state: str = "running"
+    elapsed_s: float = 0.0      # wall time spent in all sessions of the run (resume adds to it)
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Record:
+    """An Evaluation plus where it came from in the search."""
+
+    run_id: str
+    evaluation: Evaluation
+    generation: int = 0
+    stage: str = "ga"
+    operator: str = "init"
+    parents: tuple[str, ...] = ()
+    seq: int = -1              # position in the run, assigned by the store on append
+    recorded_at: float = 0.0   # assigned by the store on append
+
+    @property
+    def key(self) -> str:
+        return self.evaluation.key
+
+    @property
+    def status(self) -> Status:
+        return self.evaluation.status
+
+    def fitness(self, metric: str) -> float | None:
+        return self.evaluation.fitness(metric)
+
+    def stamped(self, seq: int, recorded_at: float) -> "Record":
+        return replace(self, seq=seq, recorded_at=recorded_at)
+
+
+class Store(abc.ABC):
+    """Runs and their records. Implementations must be safe to reopen after a crash."""
+
+    url: str = ""
+
+    # runs -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def create_run(self, info: RunInfo) -> RunInfo:
+        """Register a new run; ValueError if the id is taken."""
+
+    @abc.abstractmethod
+    def get_run(self, run_id: str) -> RunInfo:
+        """RunNotFound if absent."""
+
+    @abc.abstractmethod
+    def list_runs(self) -> list[RunInfo]:
+        """All runs, oldest first."""
+
+    @abc.abstractmethod
+    def update_run(self, run_id: str, *, state: str | None = None, elapsed_s: float | None = None,
+                   notes: Mapping[str, Any] | None = None) -> RunInfo:
+        """Change a run's mutable fields (never its records); notes are merged."""
+
+    # records ----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def append(self, record: Record) -> Record:
+        """Add one record atomically; returns it with seq and recorded_at set.
+
+        RunNotFound for an unknown run, DuplicateRecord if the key is already in the run.
+        """
+
+    @abc.abstractmethod
+    def records(self, run_id: str, *, since_seq: int = -1) -> list[Record]:
+        """The run's records with seq > since_seq, in append order."""
+
+    @abc.abstractmethod
+    def get_record(self, run_id: str, key: str) -> Record | None:
+        """The run's record for a genome key, if any."""
+
+    def count(self, run_id: str) -> int:
+        return len(self.records(run_id))
+
+    def keys(self, run_id: str) -> set[str]:
+        return {r.key for r in self.records(run_id)}
+
+    def append_many(self, records: Iterable[Record]) -> list[Record]:
+        return [self.append(r) for r in records]
+
+    def best(self, run_id: str, metric: str) -> Record | None:
+        scored = [r for r in self.records(run_id) if r.fitness(metric) is not None]
+        return max(scored, key=lambda r: (r.fitness(metric), -r.seq)) if scored else None
+
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,41 @@
+"""The evaluator contract: genomes in, Evaluations out, in the same order, failures as values.
+
+The engine only sees this contract, so the GPU pipeline, the replay evaluator and anything a
+researcher writes in a notebook are interchangeable.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+from genomes import Genome
+from fitness.records import Evaluation
+
+
+class Evaluator(abc.ABC):
+    """Judges genomes. Must never raise for a bad candidate: return a failed Evaluation instead.
+
+    Raising is reserved for the evaluator itself being broken (no GPU, missing toolkit), which
+    should stop the run rather than be recorded against a candidate.
+    """
+
+    #: how many genomes the engine should hand over at once (e.g. one per GPU worker)
+    batch_size: int = 1
+
+    @abc.abstractmethod
+    def evaluate(self, genomes: Sequence[Genome]) -> list[Evaluation]:
+        """One Evaluation per genome, in order."""
+
+    def describe(self) -> dict[str, Any]:
+        """Device and toolkit facts recorded beside every evaluation."""
+        return {}
+
+    def close(self) -> None:
+        """Release workers and devices."""
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,176 @@
+"""The kernel-family contract: what a folder in kernels/ provides to the judge.
+
+A family folder `kernels/<name>/` holds `family.py` defining `FAMILY`, an instance of a
+`KernelFamily` subclass, plus its CUDA C++ templates. Families are loaded by path (kernels/ is a
+data folder, not a package) with `load_family(name)`.
+
+The judge never knows what operation it is judging: every operation-specific fact (reference,
+inputs, tolerances, bytes moved, launch geometry, promised instructions, baselines) comes from
+here, so a new operation needs only a folder in kernels/ and a gene space in genomes/.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from genomes import Genome
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem instance, e.g. RMSNorm bf16 32768 x 4096. `id` is stable across runs."""
+
+    id: str
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """An output passes when |out - ref| <= atol + rtol*|ref| elementwise and the relative L2
+    error ||out - ref|| / ||ref|| <= rel_l2 (None skips the L2 test)."""
+
+    atol: float
+    rtol: float
+    rel_l2: float | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to launch one rendered kernel for one case.
+
+    `args` lists the kernel parameters in order: a string names a device buffer (an input or an
+    output of `io`), anything else is passed by value as the given numpy scalar (np.int32(M),
+    np.float32(eps), ...).
+    """
+
+    kernel: str                         # extern "C" entry name in the rendered source
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple[Any, ...]
+    shared_bytes: int = 0               # dynamic shared memory
+    cluster: tuple[int, int, int] = (1, 1, 1)
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    shape: tuple[int, ...]
+    dtype: str                           # numpy dtype name; "bfloat16" is carried as uint16 bits
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A reference implementation timed beside candidates, e.g. torch or QuACK.
+
+    `prepare(case, device_inputs)` returns a zero-argument callable that runs the baseline once
+    on the device inputs (torch tensors or cupy arrays, as the baseline needs), or None when the
+    baseline does not support the case. `available()` says whether it can be imported here.
+    """
+
+    name: str
+    available: Callable[[], bool]
+    prepare: Callable[[Case, Mapping[str, Any]], Callable[[], Any] | None]
+
+
+class KernelFamily(abc.ABC):
+    """An operation plus the templates that implement it. See kernels/rmsnorm/family.py."""
+
+    name: str = ""
+    space_name: str = ""                # the gene space in genomes/ (usually == name)
+
+    # -- the operation ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def benchmark_cases(self, matrix: str = "default") -> list[Case]:
+        """The cases a candidate is timed on (the benchmark matrix named by the config)."""
+
+    @abc.abstractmethod
+    def check_cases(self) -> list[Case]:
+        """Small, awkward cases for the cheap verification stage: shapes that divide no tile."""
+
+    @abc.abstractmethod
+    def io(self, case: Case) -> tuple[dict[str, BufferSpec], dict[str, BufferSpec]]:
+        """(inputs, outputs) buffer specs for a case."""
+
+    @abc.abstractmethod
+    def make_inputs(self, case: Case, rng: np.random.Generator, distribution: str) -> dict[str, np.ndarray]:
+        """Fresh host inputs. `distribution` is "normal" or "wide" (large and tiny magnitudes).
+        Never all zeros. bf16 arrays are returned as uint16 bit patterns."""
+
+    @abc.abstractmethod
+    def reference(self, case: Case, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Float64 reference outputs, computed from the (already rounded) inputs."""
+
+    @abc.abstractmethod
+    def tolerances(self, case: Case) -> dict[str, Tolerance]:
+        """A tolerance per output buffer."""
+
+    @abc.abstractmethod
+    def bytes_moved(self, case: Case) -> int:
+        """The fewest bytes the operation must move through device memory."""
+
+    def flops(self, case: Case) -> int:
+        return 0
+
+    # -- the kernels -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def render(self, genome: Genome) -> str:
+        """CUDA C++ (with inline PTX) source for a genome. Pure: same genome, same text."""
+
+    @abc.abstractmethod
+    def launch(self, genome: Genome, case: Case) -> Launch | None:
+        """Launch geometry for a case, or None when the genome cannot handle the case (then the
+        case is recorded as INVALID for this genome, never silently skipped)."""
+
+    def promises(self, genome: Genome) -> dict[str, Sequence[str]]:
+        """SASS evidence a genome promises: {"TMA": ["UBLKCP", "UTMALDG"], ...}. A compiled
+        candidate missing any promised opcode family is INVALID."""
+        return {}
+
+    def resource_limits(self, genome: Genome) -> dict[str, int]:
+        """Static limits checked on the ptxas report, e.g. {"spill_bytes": 0, "registers": 255}."""
+        return {"spill_bytes": 0}
+
+    def compile_flags(self, genome: Genome) -> list[str]:
+        """Extra nvcc flags a genome asks for (e.g. -maxrregcount)."""
+        return []
+
+    def baselines(self) -> list[Baseline]:
+        return []
+
+
+class FamilyNotFound(LookupError):
+    pass
+
+
+def available_families(root: Path = KERNELS_DIR) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if (p / "family.py").is_file()) if root.is_dir() else []
+
+
+def load_family(name: str, root: Path = KERNELS_DIR) -> KernelFamily:
+    path = root / name / "family.py"
+    if not path.is_file():
+        raise FamilyNotFound(
+            f"no kernel family {name!r} in {root} (expected {path}); available: {available_families(root)}")
+    mod_name = f"_kernels_{name}_family"
+    if mod_name in sys.modules:
+        module = sys.modules[mod_name]
+    else:
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    family = getattr(module, "FAMILY", None)
+    if not isinstance(family, KernelFamily):
+        raise FamilyNotFound(f"{path} must define FAMILY, an instance of fitness.family.KernelFamily")
+    return family
+
+

@@ -1,0 +1,233 @@
+"""GeneSpace: the set of legal genomes of one kernel family.
+
+Search strategies and operators never check constraints themselves; they ask the space to
+sample, validate, repair or list neighbours, so a new family only has to declare genes and
+constraints. Repair moves an invalid genome to the *nearest* valid one (fewest, smallest
+changes, preferring genes named by the violated constraints), because a repaired child should
+resemble its parents: that is what makes variation operators inheritance rather than resampling.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from genomes.constraints import Constraint
+from genomes.genes import Gene, GeneError, gene_from_spec, ordered_names
+from genomes.genome import Genome
+
+
+class InvalidGenome(GeneError):
+    """Values that break a gene's range or a constraint; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class GeneSpace:
+    name: str
+    genes: tuple[Gene, ...]
+    constraints: tuple[Constraint, ...] = ()
+    doc: str = ""
+    repair_budget: int = 20000
+    _index: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "genes", tuple(self.genes))
+        object.__setattr__(self, "constraints", tuple(self.constraints))
+        names = ordered_names(self.genes)
+        object.__setattr__(self, "_index", {n: i for i, n in enumerate(names)})
+        for c in self.constraints:
+            missing = [g for g in c.genes if g not in self._index]
+            if missing:
+                raise GeneError(f"constraint {c.name!r} names unknown genes {missing}")
+
+    # -- structure ---------------------------------------------------------------------------
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(g.name for g in self.genes)
+
+    def gene(self, name: str) -> Gene:
+        try:
+            return self.genes[self._index[name]]
+        except KeyError:
+            raise GeneError(f"space {self.name!r} has no gene {name!r}; genes: {list(self.names)}") from None
+
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {}
+        for g in self.genes:
+            out.setdefault(g.group, []).append(g.name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def size(self) -> int:
+        """Number of genomes before constraints (an upper bound on the valid ones)."""
+        n = 1
+        for g in self.genes:
+            n *= len(g.values())
+        return n
+
+    # -- validity ----------------------------------------------------------------------------
+    def violations(self, values: Mapping[str, Any]) -> list[str]:
+        problems = []
+        extra = set(values) - set(self.names)
+        if extra:
+            problems.append(f"unknown genes {sorted(extra)} (space {self.name!r} has {list(self.names)})")
+        for g in self.genes:
+            if g.name not in values:
+                problems.append(f"gene {g.name!r} is missing")
+            elif not g.contains(values[g.name]):
+                problems.append(f"gene {g.name!r}: {values[g.name]!r} is not one of {g.describe_values()}")
+        if problems:
+            return problems
+        return [f"constraint {c.describe()}" for c in self.constraints if not c.holds(values)]
+
+    def is_valid(self, values: Mapping[str, Any]) -> bool:
+        return not self.violations(values)
+
+    def make(self, values: Mapping[str, Any]) -> Genome:
+        """A Genome from exactly valid values; InvalidGenome lists every problem otherwise."""
+        problems = self.violations(values)
+        if problems:
+            raise InvalidGenome(f"invalid genome for space {self.name!r}: " + "; ".join(problems))
+        return self._genome(values)
+
+    def _genome(self, values: Mapping[str, Any]) -> Genome:
+        return Genome(self.name, tuple((g.name, g.canonical(values[g.name])) for g in self.genes))
+
+    # -- sampling ----------------------------------------------------------------------------
+    def sample(self, rng: random.Random, tries: int = 1000) -> Genome:
+        """A uniformly drawn valid genome (rejection sampling, repair as a last resort)."""
+        for _ in range(tries):
+            values = {g.name: g.sample(rng) for g in self.genes}
+            if self.is_valid(values):
+                return self._genome(values)
+        return self.repair(values, rng)
+
+    def enumerate(self, limit: int = 1_000_000) -> Iterator[Genome]:
+        """Every valid genome, in a fixed order; refuses spaces larger than `limit`."""
+        if self.size() > limit:
+            raise GeneError(f"space {self.name!r} has {self.size()} points, more than limit={limit}")
+        for combo in itertools.product(*(g.values() for g in self.genes)):
+            values = dict(zip(self.names, combo))
+            if self.is_valid(values):
+                yield self._genome(values)
+
+    # -- local structure ---------------------------------------------------------------------
+    def neighbours(self, genome: Mapping[str, Any]) -> list[Genome]:
+        """Valid genomes that differ from `genome` in one gene by one step."""
+        out = []
+        for g in self.genes:
+            for v in g.neighbours(genome[g.name]):
+                values = dict(genome)
+                values[g.name] = v
+                if self.is_valid(values):
+                    out.append(self._genome(values))
+        return out
+
+    def distance(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+        return sum(g.distance(a[g.name], b[g.name]) for g in self.genes)
+
+    # -- repair ------------------------------------------------------------------------------
+    def snap(self, values: Mapping[str, Any], rng: random.Random) -> dict[str, Any]:
+        """Move every gene value into its legal set (nearest legal value), ignoring constraints."""
+        out = {}
+        for g in self.genes:
+            v = values.get(g.name, None)
+            if g.contains(v):
+                out[g.name] = g.canonical(v)
+                continue
+            legal = g.values()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in legal
+            ):
+                out[g.name] = min(legal, key=lambda x: (abs(x - v), x))
+            else:
+                out[g.name] = g.sample(rng)
+        return out
+
+    def repair(self, values: Mapping[str, Any], rng: random.Random) -> Genome:
+        """The valid genome nearest to `values` (ties broken by `rng`, so repair is seeded)."""
+        start = self.snap(values, rng)
+        if self.is_valid(start):
+            return self._genome(start)
+        found = self._nearest_valid(start, rng)
+        if found is not None:
+            return self._genome(found)
+        # Fall back: the closest of many valid samples. Rare; only for very tangled constraints.
+        best, best_d = None, float("inf")
+        for _ in range(256):
+            cand = {g.name: g.sample(rng) for g in self.genes}
+            if self.is_valid(cand):
+                d = self.distance(start, cand)
+                if d < best_d:
+                    best, best_d = cand, d
+        if best is None:
+            raise InvalidGenome(f"space {self.name!r}: could not find any valid genome near {start}")
+        return self._genome(best)
+
+    def _nearest_valid(self, start: dict[str, Any], rng: random.Random) -> dict[str, Any] | None:
+        order = list(self.names)
+        tiebreak = itertools.count()
+        salt = rng.random()
+        start_t = tuple(start[n] for n in order)
+        heap = [(0.0, 0.0, next(tiebreak), start_t)]
+        seen = {start_t}
+        expansions = 0
+        while heap and expansions < self.repair_budget:
+            d, _, _, state = heapq.heappop(heap)
+            values = dict(zip(order, state))
+            broken = [c for c in self.constraints if not c.holds(values)]
+            if not broken:
+                return values
+            expansions += 1
+            touch = {g for c in broken for g in c.genes}
+            for i, name in enumerate(order):
+                if name not in touch:
+                    continue
+                gene = self.gene(name)
+                for v in gene.values():
+                    if v == state[i]:
+                        continue
+                    nxt = state[:i] + (v,) + state[i + 1:]
+                    if nxt in seen:
+                        continue
+                    seen.add(nxt)
+                    nd = d + gene.distance(state[i], v)
+                    # random secondary key: equal-distance repairs are chosen by the seeded rng
+                    heapq.heappush(heap, (nd, zlib.crc32(repr((salt, nxt)).encode()), next(tiebreak), nxt))
+        return None
+
+    # -- (de)serialisation -------------------------------------------------------------------
+    def to_json(self, genome: Genome) -> str:
+        return genome.to_json()
+
+    def from_json(self, raw: str | Mapping[str, Any]) -> Genome:
+        data = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        if "genes" in data:
+            if data.get("space", self.name) != self.name:
+                raise InvalidGenome(f"genome belongs to space {data.get('space')!r}, not {self.name!r}")
+            data = data["genes"]
+        return self.make({k: self.gene(k).from_json(v) if k in self._index else v for k, v in data.items()})
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "doc": self.doc,
+            "genes": [g.spec() for g in self.genes],
+            "constraints": [{"name": c.name, "genes": list(c.genes), "why": c.why} for c in self.constraints],
+        }
+
+
+def genes_from_specs(specs: Iterable[Mapping[str, Any]]) -> tuple[Gene, ...]:
+    return tuple(gene_from_spec(dict(s)) for s in specs)
+
+
+def common_values(genomes: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """Values shared by every genome for the given genes (used to freeze structure)."""
+    if not genomes:
+        return {}
+    first = genomes[0]
+    return {n: first[n] for n in names if all(g[n] == first[n] for g in genomes)}

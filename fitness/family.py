@@ -174,3 +174,17 @@ def load_family(name: str, root: Path = KERNELS_DIR) -> KernelFamily:
     return family
 
 
+
+
+def import_sibling(family_file: str, module: str):
+    """Import `module`.py from the folder of a family file (kernels/ is not a package)."""
+    path = Path(family_file).resolve().parent / f"{module}.py"
+    mod_name = f"_kernels_{path.parent.name}_{module}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    return mod

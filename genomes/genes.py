@@ -109,6 +109,10 @@ class Choice(Gene):
     def values(self) -> tuple[Any, ...]:
         return self.options
 
+    def canonical(self, value: Any) -> Any:
+        # the stored option, so that equal values (1, 1.0, True) give one genome key
+        return self.options[self.options.index(value)]
+
     def neighbours(self, value: Any) -> tuple[Any, ...]:
         return tuple(o for o in self.options if o != value)
 

@@ -69,6 +69,9 @@ class Genome(Mapping[str, Any]):
         else:
             raise AttributeError("Genome is immutable; use GeneSpace.repair(genome.changed(...))")
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Genome is immutable; use GeneSpace.repair(genome.changed(...))")
+
     def __reduce__(self):
         return (Genome, (self._space, self._items))
 

@@ -1,0 +1,107 @@
+"""`evo`: run, resume and inspect searches from the shell.
+
+    evo run CONFIG [--replay TABLE] [--store URL] [--seed N] [--evaluations N] [--runs-dir DIR]
+    evo resume RUN_DIR
+    evo status RUN_DIR
+
+Bad input ends with one line per problem and exit code 2, never a traceback. Ctrl-C (or
+SIGTERM) stops cleanly after recording everything already evaluated; `evo resume` continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Sequence
+
+from evo.config import ConfigError, load_config
+from evo.store import StoreError
+
+
+def _sigterm_to_interrupt(signum, frame):  # pragma: no cover - exercised by subprocess tests
+    raise KeyboardInterrupt
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="experiment TOML (see experiments/)")
+    p.add_argument("--replay", help="answer from a recorded table (.csv/.json) or URL#RUN_ID instead of the GPU")
+    p.add_argument("--store", help="SQLAlchemy URL of the store (default: SQLite in the run directory)")
+    p.add_argument("--seed", type=int, help="override experiment.seed")
+    p.add_argument("--evaluations", type=int, help="override budget.evaluations")
+    p.add_argument("--latency", type=float, help="replay: simulated seconds per evaluation")
+    p.add_argument("--runs-dir", help="override output.runs_dir")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="evo", description="PTX kernel factory: evolve, verify and time GPU kernels.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    _add_run_args(sub.add_parser("run", help="start a run from a config"))
+    r = sub.add_parser("resume", help="continue a run that was stopped or killed")
+    r.add_argument("run_dir")
+    r.add_argument("--quiet", action="store_true")
+    s = sub.add_parser("status", help="what a run has found so far")
+    s.add_argument("run_dir")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "resume":
+            return _cmd_resume(args)
+        if args.command == "status":
+            return _cmd_status(args)
+    except (ConfigError, StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+def _cmd_run(args) -> int:
+    from evo.session import start_run
+
+    cfg = load_config(args.config)
+    overrides = {}
+    if args.replay:
+        overrides["evaluator.kind"] = "replay"
+        overrides["evaluator.replay"] = args.replay
+    if args.store:
+        overrides["store.url"] = args.store
+    if args.seed is not None:
+        overrides["experiment.seed"] = args.seed
+    if args.evaluations is not None:
+        overrides["budget.evaluations"] = args.evaluations
+    if args.latency is not None:
+        overrides["evaluator.latency_s"] = args.latency
+    if args.runs_dir:
+        overrides["output.runs_dir"] = args.runs_dir
+    if args.quiet:
+        overrides["output.progress"] = False
+    if args.replay and "://" not in args.replay:
+        # a path given on the command line is relative to where the command runs
+        from pathlib import Path
+
+        overrides["evaluator.replay"] = str(Path(args.replay).resolve())
+    cfg = cfg.with_overrides(overrides)
+    return start_run(cfg)
+
+
+def _cmd_resume(args) -> int:
+    from evo.session import resume_run
+
+    return resume_run(args.run_dir, quiet=args.quiet)
+
+
+def _cmd_status(args) -> int:
+    from evo.session import print_status
+
+    return print_status(args.run_dir)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

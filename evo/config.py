@@ -1,0 +1,290 @@
+"""Experiment configs: TOML into validated, frozen dataclasses.
+
+Every field is declared once, with its type, default, range and a one-line doc; the validator
+walks those declarations, so a bad config gets one clear line per bad field ("search.ga.population:
+expected an integer >= 2, got 1") and never a traceback. Semantic checks that need the outside
+world (does the kernel family exist, can the database be reached, does the replay table exist)
+are in `check_environment`, run by the CLI before anything is created on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class ConfigError(ValueError):
+    """One or more bad fields; `problems` holds one line per field."""
+
+    def __init__(self, problems: list[str], source: str = ""):
+        self.problems = problems
+        self.source = source
+        head = f"{source}: " if source else ""
+        super().__init__(head + ("invalid config:\n  " if len(problems) > 1 else "") + "\n  ".join(problems))
+
+
+def _f(default: Any = dataclasses.MISSING, *, doc: str = "", min: float | None = None,
+       max: float | None = None, choices: tuple[Any, ...] | None = None, factory: Any = None) -> Any:
+    meta = {"doc": doc, "min": min, "max": max, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ExperimentSection:
+    name: str = _f(doc="run name; runs are stored under runs/<name>-<time>")
+    family: str = _f(doc="kernel family: genomes/<family>.py and kernels/<family>/")
+    seed: int = _f(0, min=0, doc="seeds every random choice of the run")
+    description: str = _f("", doc="free text")
+
+
+@dataclass(frozen=True)
+class TargetSection:
+    gpu: str = _f("H200", doc="the GPU the results are for (recorded, and checked on the device)")
+    arch: str = _f("sm_90a", choices=("sm_90a", "sm_90"), doc="nvcc target")
+
+
+@dataclass(frozen=True)
+class BenchmarkSection:
+    matrix: str = _f("default", doc="benchmark matrix name understood by the family, e.g. 'quack:bf16'")
+    check: bool = _f(True, doc="run the cheap verification stage before the full matrix")
+
+
+@dataclass(frozen=True)
+class ObjectiveSection:
+    metric: str = _f("geomean_speedup", doc="objective to maximise (a key of Evaluation.objectives)")
+    baseline: str = _f("torch", doc="baseline the speedups are measured against")
+
+
+@dataclass(frozen=True)
+class GASection:
+    population: int = _f(24, min=2, doc="parents kept per island (mu)")
+    offspring: int = _f(24, min=1, doc="children per island per generation (lambda)")
+    elites: int = _f(2, min=0, doc="best genomes always kept")
+    tournament_size: int = _f(3, min=1, doc="tournament size for parent selection")
+    crossover: str = _f("uniform", choices=("uniform", "group"), doc="crossover operator")
+    crossover_prob: float = _f(0.6, min=0.0, max=1.0, doc="chance a child comes from crossover")
+    mutation_prob: float = _f(0.5, min=0.0, max=1.0, doc="chance a crossover child is also mutated")
+    mutation_indpb: float = _f(0.0, min=0.0, max=1.0, doc="per-gene mutation chance (0: 1/len(genes))")
+    islands: int = _f(1, min=1, max=64, doc="independent populations with ring migration")
+    migration_interval: int = _f(5, min=1, doc="generations between migrations")
+    migrants: int = _f(1, min=1, doc="genomes sent to the next island per migration")
+    generations: int = _f(0, min=0, doc="stop after this many generations (0: only the budget stops it)")
+
+
+@dataclass(frozen=True)
+class RandomSection:
+    batch: int = _f(32, min=1, doc="genomes drawn per round")
+
+
+@dataclass(frozen=True)
+class OptunaSection:
+    enabled: bool = _f(False, doc="after the GA, tune the numeric genes of the best genomes")
+    sampler: str = _f("tpe", choices=("tpe", "cmaes", "random"), doc="Optuna sampler")
+    trials: int = _f(0, min=0, doc="evaluations reserved for this stage (taken from budget.evaluations)")
+    top_k: int = _f(2, min=1, doc="how many distinct structures (frozen structural genes) to tune")
+    batch: int = _f(4, min=1, doc="trials asked at once")
+
+
+@dataclass(frozen=True)
+class SearchSection:
+    strategy: str = _f("ga", choices=("ga", "random"), doc="main search strategy")
+    ga: GASection = _f(factory=GASection)
+    random: RandomSection = _f(factory=RandomSection)
+    optuna: OptunaSection = _f(factory=OptunaSection)
+
+
+@dataclass(frozen=True)
+class BudgetSection:
+    evaluations: int = _f(500, min=1, doc="unique genomes evaluated, all stages together")
+    wall_time_s: float = _f(0.0, min=0.0, doc="stop after this much wall time over all sessions (0: no limit)")
+    stall_rounds: int = _f(50, min=1, doc="stop after this many rounds in a row that found nothing new")
+
+
+@dataclass(frozen=True)
+class EvaluatorSection:
+    kind: str = _f("gpu", choices=("gpu", "replay"), doc="'gpu' judges on the device, 'replay' answers from a recording")
+    replay: str = _f("", doc="replay table (.csv/.json) or store URL#run_id; path relative to the config file")
+    missing: str = _f("error", choices=("error", "invalid"), doc="replay: genome not in the table")
+    latency_s: float = _f(0.0, min=0.0, doc="replay: simulated seconds per evaluation")
+    workers: int = _f(0, min=0, doc="GPU workers (0: one per visible GPU)")
+    timeout_s: float = _f(60.0, min=1.0, doc="hard limit per GPU job; a hung kernel is killed")
+    cache_dir: str = _f(".cache/evo-compile", doc="compile cache (relative to the working directory)")
+    hopeless_below: float = _f(0.0, min=0.0, doc="stop timing a candidate below this speedup on its first cases (0: off)")
+
+
+@dataclass(frozen=True)
+class StoreSection:
+    url: str = _f("", doc="SQLAlchemy URL; empty: a SQLite file in the run directory")
+
+
+@dataclass(frozen=True)
+class OutputSection:
+    runs_dir: str = _f("runs", doc="where run directories are made (relative to the working directory)")
+    progress: bool = _f(True, doc="show a progress bar")
+
+
+@dataclass(frozen=True)
+class Config:
+    experiment: ExperimentSection
+    target: TargetSection = _f(factory=TargetSection)
+    benchmark: BenchmarkSection = _f(factory=BenchmarkSection)
+    objective: ObjectiveSection = _f(factory=ObjectiveSection)
+    search: SearchSection = _f(factory=SearchSection)
+    budget: BudgetSection = _f(factory=BudgetSection)
+    evaluator: EvaluatorSection = _f(factory=EvaluatorSection)
+    store: StoreSection = _f(factory=StoreSection)
+    output: OutputSection = _f(factory=OutputSection)
+    source: str = field(default="", compare=False, metadata={"internal": True})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("source", None)
+        return d
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
+        """A copy with dotted-path overrides applied (CLI flags), validated like the file."""
+        data = self.to_dict()
+        for path, value in overrides.items():
+            node = data
+            *parents, leaf = path.split(".")
+            for p in parents:
+                node = node[p]
+            node[leaf] = value
+        return from_dict(data, source=self.source)
+
+    def resolve(self, path: str) -> Path:
+        """A path from the config, relative to the config file's folder."""
+        p = Path(path).expanduser()
+        if not p.is_absolute() and self.source:
+            p = Path(self.source).resolve().parent / p
+        return p
+
+
+# -- validation ------------------------------------------------------------------------------
+
+def _type_name(tp: Any) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _convert(value: Any, tp: Any, path: str, meta: Mapping[str, Any], problems: list[str]) -> Any:
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            problems.append(f"{path}: expected a table [{path}], got {type(value).__name__} {value!r}")
+            return None
+        return _build(tp, value, path, problems)
+    ok = (
+        (tp is bool and isinstance(value, bool))
+        or (tp is int and isinstance(value, int) and not isinstance(value, bool))
+        or (tp is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (tp is str and isinstance(value, str))
+    )
+    if not ok:
+        problems.append(f"{path}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+        return None
+    if tp is float:
+        value = float(value)
+    lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
+    if choices is not None and value not in choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"{path}: {value!r} is not one of {list(choices)}{hint}")
+    if lo is not None and value < lo:
+        problems.append(f"{path}: must be >= {lo}, got {value!r}")
+    if hi is not None and value > hi:
+        problems.append(f"{path}: must be <= {hi}, got {value!r}")
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str, problems: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known keys: {sorted(fields)}"
+            problems.append(f"{prefix + '.' if prefix else ''}{key}: unknown key ({hint})")
+    kwargs = {}
+    for name, f in fields.items():
+        path = f"{prefix}.{name}" if prefix else name
+        tp = hints[name]
+        if isinstance(tp, types.UnionType):
+            tp = next(t for t in typing.get_args(tp) if t is not type(None))
+        if name in data:
+            kwargs[name] = _convert(data[name], tp, path, f.metadata, problems)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if dataclasses.is_dataclass(tp):
+                kwargs[name] = _build(tp, {}, path, problems)
+            else:
+                problems.append(f"{path}: required ({f.metadata.get('doc', '')}); add `{name} = ...` under [{prefix}]")
+    if any(v is None for v in kwargs.values()):
+        return None
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        return None
+
+
+def _cross_checks(cfg: Config) -> list[str]:
+    problems = []
+    ga = cfg.search.ga
+    if ga.elites > ga.population:
+        problems.append(f"search.ga.elites: {ga.elites} is more than search.ga.population ({ga.population})")
+    if ga.tournament_size > ga.population:
+        problems.append(f"search.ga.tournament_size: {ga.tournament_size} is more than the population ({ga.population})")
+    opt = cfg.search.optuna
+    if opt.enabled and opt.trials == 0:
+        problems.append("search.optuna.trials: the Optuna stage is enabled but has no trials; set trials > 0")
+    if opt.enabled and opt.trials >= cfg.budget.evaluations:
+        problems.append(f"search.optuna.trials: {opt.trials} leaves nothing of budget.evaluations "
+                        f"({cfg.budget.evaluations}) for the main strategy")
+    if cfg.evaluator.kind == "replay" and not cfg.evaluator.replay:
+        problems.append("evaluator.replay: required when evaluator.kind = 'replay' (a .csv/.json table or URL#run_id)")
+    if not cfg.experiment.name.replace("-", "").replace("_", "").isalnum():
+        problems.append(f"experiment.name: {cfg.experiment.name!r} may use only letters, digits, '-' and '_'")
+    return problems
+
+
+def from_dict(data: Mapping[str, Any], source: str = "") -> Config:
+    problems: list[str] = []
+    cfg = _build(Config, data, "", problems)
+    if cfg is not None and not problems:
+        problems.extend(_cross_checks(cfg))
+    if problems or cfg is None:
+        raise ConfigError(problems or ["config could not be built"], source)
+    return dataclasses.replace(cfg, source=source)
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"config file {path} does not exist"], str(path))
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"not valid TOML: {exc}"], str(path)) from None
+    return from_dict(data, source=str(path))
+
+
+def describe_fields(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+    """(path, type, default, doc) for every field: the reference table in the README."""
+    out = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.extend(describe_fields(tp, path))
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else "(required)"
+            out.append((path, getattr(tp, "__name__", str(tp)), default, f.metadata.get("doc", "")))
+    return out

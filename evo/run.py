@@ -1,0 +1,237 @@
+"""Run: the ask/tell loop between strategies, the evaluator and the store.
+
+`optimize()` is only a loop over `ask()` / `evaluate()` / `tell()`, which researchers may also
+call themselves from a notebook. Every evaluation is appended to the store the moment it
+completes, so a crash loses at most the evaluations in flight.
+
+Resuming is replay: a run is a deterministic function of its seed and of the verdicts it
+receives, so `Run.resume` rebuilds the strategies with the same seed and runs them again from
+the start; every genome already in the store is answered from the store (no GPU time, no second
+record) and only the missing evaluations are computed. The resumed run therefore ends exactly
+where an uninterrupted one would, with each evaluation recorded once.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from fitness.evaluator import Evaluator
+from fitness.records import Evaluation
+from genomes import GeneSpace, Genome
+from operators import Candidate
+from evo.config import Config
+from evo.store import Record, RunInfo, Store
+from evo.strategies.base import Strategy
+from evo.strategies.ga import GeneticAlgorithm
+from evo.strategies.optuna_stage import OptunaStage
+from evo.strategies.random_search import RandomSearch
+
+
+@dataclass
+class Stage:
+    strategy: Strategy
+    budget: int                 # evaluations this stage may add
+    used: int = 0
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    evaluations: int
+    new_evaluations: int
+    best: Record | None
+    stop_reason: str
+    by_status: dict[str, int] = field(default_factory=dict)
+
+
+def build_stages(cfg: Config, space: GeneSpace, rng: random.Random, *, storage_url: str | None,
+                 run_id: str, seeds: Sequence[Genome] = ()) -> list[Stage]:
+    """The run's strategies in order, each with its share of the evaluation budget."""
+    metric = cfg.objective.metric
+    opt = cfg.search.optuna
+    main_budget = cfg.budget.evaluations - (opt.trials if opt.enabled else 0)
+    if cfg.search.strategy == "ga":
+        main: Strategy = GeneticAlgorithm(space, rng, metric, cfg.search.ga, seeds=seeds)
+    else:
+        main = RandomSearch(space, rng, batch=cfg.search.random.batch)
+    stages = [Stage(main, main_budget)]
+    if opt.enabled:
+        stages.append(Stage(OptunaStage(space, rng, metric, sampler=opt.sampler, top_k=opt.top_k,
+                                        batch=opt.batch, storage=storage_url, study_prefix=run_id),
+                            opt.trials))
+    return stages
+
+
+class Run:
+    """One search: stages of strategies, an evaluator, a store and a budget."""
+
+    def __init__(self, cfg: Config, space: GeneSpace, store: Store, evaluator: Evaluator, run_id: str,
+                 *, optuna_storage: str | None = None, seeds: Sequence[Genome] = (),
+                 on_progress: Callable[["Run", Sequence[Record]], None] | None = None):
+        self.cfg, self.space, self.store, self.evaluator = cfg, space, store, evaluator
+        self.run_id = run_id
+        self.metric = cfg.objective.metric
+        self.rng = random.Random(cfg.experiment.seed)
+        self.stages = build_stages(cfg, space, self.rng, storage_url=optuna_storage, run_id=run_id, seeds=seeds)
+        self.stage_index = 0
+        self.on_progress = on_progress
+        # what this run already knows: resumed runs start with their recorded evaluations
+        self.recorded: dict[str, Record] = {r.key: r for r in store.records(run_id)}
+        # keys answered in this session, in order: the budget counts these, so a resumed run
+        # spends its budget exactly as the original did while it replays
+        self.answered: dict[str, Evaluation] = {}
+        self.history: list[tuple[Candidate, Evaluation]] = []
+        self.new_evaluations = 0
+        self.idle_rounds = 0
+        self._session_start = time.time()
+        self._elapsed_before = store.get_run(run_id).elapsed_s
+        self._started_stage = -1
+        self.stop_reason = ""
+
+    # -- budget ------------------------------------------------------------------------------
+    @property
+    def evaluations(self) -> int:
+        return len(self.answered)
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._elapsed_before + (time.time() - self._session_start)
+
+    def _out_of_time(self) -> bool:
+        limit = self.cfg.budget.wall_time_s
+        return bool(limit) and self.elapsed_s >= limit
+
+    def _remaining(self) -> int:
+        """Evaluations the current stage may still add (cache hits are free)."""
+        st = self.stages[self.stage_index]
+        return min(st.budget - st.used, self.cfg.budget.evaluations - self.evaluations)
+
+    # -- ask / tell --------------------------------------------------------------------------
+    def ask(self) -> list[Candidate]:
+        """The current stage's next candidates; advances to the next stage when one ends."""
+        while self.stage_index < len(self.stages):
+            st = self.stages[self.stage_index]
+            if self._started_stage != self.stage_index:
+                st.strategy.start(self.history)
+                self._started_stage = self.stage_index
+            if self._remaining() > 0:
+                cands = st.strategy.ask()
+                if cands:
+                    return cands
+            st.strategy.close()
+            self.stage_index += 1
+        return []
+
+    def evaluate(self, candidates: Sequence[Candidate]) -> list[Evaluation]:
+        """Evaluations for a prefix of `candidates`, within the budget.
+
+        A genome already answered in this session is free. Any other genome costs one unit of
+        budget; it is answered from the store if a previous session of this run recorded it,
+        and otherwise by the evaluator, in the evaluator's batch size, each result appended to
+        the store as soon as its batch returns. Stops early (shorter result) when the budget or
+        the wall time is spent.
+        """
+        stage = self.stages[self.stage_index]
+        fresh: list[Candidate] = []
+        for c in candidates:
+            if c.key not in self.answered and all(c.key != f.key for f in fresh):
+                fresh.append(c)
+        fresh = fresh[: 0 if self._out_of_time() else max(0, self._remaining())]
+        todo = []
+        for c in fresh:
+            if c.key in self.recorded:
+                self._answer(c, self.recorded[c.key].evaluation)
+            else:
+                todo.append(c)
+        batch = max(1, getattr(self.evaluator, "batch_size", 1))
+        for i in range(0, len(todo), batch):
+            if self._out_of_time():
+                break
+            chunk = todo[i:i + batch]
+            evals = self.evaluator.evaluate([c.genome for c in chunk])
+            new_records = []
+            for c, ev in zip(chunk, evals):
+                rec = self.store.append(Record(self.run_id, ev, generation=stage.strategy.generation,
+                                               stage=stage.strategy.name, operator=c.operator,
+                                               parents=c.parents))
+                self.recorded[c.key] = rec
+                self._answer(c, ev)
+                self.new_evaluations += 1
+                new_records.append(rec)
+            if self.on_progress:
+                self.on_progress(self, new_records)
+        self.idle_rounds = 0 if fresh else self.idle_rounds + 1
+        if self.on_progress and not todo:
+            self.on_progress(self, [])
+        out = []
+        for c in candidates:          # the longest prefix that has answers
+            if c.key not in self.answered:
+                break
+            out.append(self.answered[c.key])
+        return out
+
+    def _answer(self, candidate: Candidate, evaluation: Evaluation) -> None:
+        self.answered[candidate.key] = evaluation
+        self.stages[self.stage_index].used += 1
+
+    def tell(self, candidates: Sequence[Candidate], evaluations: Sequence[Evaluation]) -> None:
+        st = self.stages[self.stage_index]
+        st.strategy.tell(candidates[: len(evaluations)], evaluations)
+        self.history.extend(zip(candidates, evaluations))
+
+    # -- the loop ----------------------------------------------------------------------------
+    def optimize(self) -> RunSummary:
+        self.store.update_run(self.run_id, state="running")
+        state = "failed"
+        try:
+            while True:
+                if self._out_of_time():
+                    self.stop_reason = f"wall-time budget of {self.cfg.budget.wall_time_s:g} s reached"
+                    break
+                if self.evaluations >= self.cfg.budget.evaluations:
+                    self.stop_reason = f"evaluation budget of {self.cfg.budget.evaluations} reached"
+                    break
+                cands = self.ask()
+                if not cands:
+                    self.stop_reason = "every stage finished"
+                    break
+                evals = self.evaluate(cands)
+                self.tell(cands, evals)
+                if len(evals) < len(cands) and self._remaining() <= 0 and self.stage_index == len(self.stages) - 1:
+                    self.stop_reason = f"evaluation budget of {self.cfg.budget.evaluations} reached"
+                    break
+                if self.idle_rounds >= self.cfg.budget.stall_rounds:
+                    self.stop_reason = f"{self.idle_rounds} rounds in a row found nothing new"
+                    break
+            state = "finished"
+        except KeyboardInterrupt:
+            state = "interrupted"
+            self.stop_reason = "interrupted"
+            raise
+        finally:
+            for st in self.stages[self.stage_index:]:
+                st.strategy.close()
+            self.store.update_run(self.run_id, state=state, elapsed_s=self.elapsed_s,
+                                  notes={"stop_reason": self.stop_reason})
+        return self.summary()
+
+    def best(self) -> Record | None:
+        """The best record of the whole run (all sessions)."""
+        scored = [r for r in self.recorded.values() if r.fitness(self.metric) is not None]
+        return max(scored, key=lambda r: (r.fitness(self.metric), -r.seq)) if scored else None
+
+    def summary(self) -> RunSummary:
+        counts: dict[str, int] = {}
+        for r in self.recorded.values():
+            counts[r.status.value] = counts.get(r.status.value, 0) + 1
+        return RunSummary(self.run_id, self.evaluations, self.new_evaluations, self.best(),
+                          self.stop_reason, counts)
+
+
+def new_run_info(cfg: Config, run_id: str) -> RunInfo:
+    return RunInfo(run_id=run_id, name=cfg.experiment.name, family=cfg.experiment.family,
+                   seed=cfg.experiment.seed, config=cfg.to_dict())
+

@@ -1,0 +1,101 @@
+"""What `evo run`, `evo resume` and `evo status` do, as plain functions (the CLI only parses)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from genomes import load_space
+from evo.config import Config
+from evo.evaluators import build_evaluator, check_environment
+from evo.progress import ProgressBar
+from evo.rundir import RunDir, create_run_dir, open_run_dir
+from evo.run import Run, RunSummary, new_run_info
+from evo.store import open_store
+
+
+def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
+    """Run (or continue) the run in `rd` to the end of its budget."""
+    cfg = rd.config
+    space = load_space(cfg.experiment.family)
+    store = open_store(rd.store_url)
+    try:
+        try:
+            store.get_run(rd.run_id)
+        except KeyError:
+            store.create_run(new_run_info(cfg, rd.run_id))
+        bar = ProgressBar(cfg.budget.evaluations, cfg.objective.metric, enabled=cfg.output.progress and not quiet)
+        with build_evaluator(cfg, space) as evaluator:
+            run = Run(cfg, space, store, evaluator, rd.run_id, optuna_storage=rd.optuna_storage, on_progress=bar)
+            try:
+                return run.optimize()
+            finally:
+                bar.close()
+    finally:
+        store.close()
+
+
+def _report(rd: RunDir, summary: RunSummary) -> None:
+    metric = rd.config.objective.metric
+    print(f"run {summary.run_id}: {summary.evaluations} evaluations ({summary.new_evaluations} new), "
+          f"stopped: {summary.stop_reason}")
+    print("  by status: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.by_status.items())))
+    if summary.best:
+        b = summary.best
+        print(f"  best {metric} = {b.fitness(metric):.6g}  key {b.key}  (generation {b.generation}, {b.operator})")
+        print(f"  genome: {dict(b.evaluation.genome)}")
+    print(f"  run directory: {rd.path}")
+
+
+def _interrupted(rd: RunDir) -> int:
+    print(f"\ninterrupted; everything evaluated so far is recorded. Continue with:\n  evo resume {rd.path}",
+          file=sys.stderr)
+    return 130
+
+
+def start_run(cfg: Config) -> int:
+    check_environment(cfg, cfg.store.url or None)
+    rd = create_run_dir(cfg)
+    print(f"run {rd.run_id} in {rd.path}", file=sys.stderr)
+    try:
+        summary = execute(rd)
+    except KeyboardInterrupt:
+        return _interrupted(rd)
+    _report(rd, summary)
+    return 0
+
+
+def resume_run(path: str | Path, quiet: bool = False) -> int:
+    rd = open_run_dir(path)
+    check_environment(rd.config)
+    try:
+        summary = execute(rd, quiet=quiet)
+    except KeyboardInterrupt:
+        return _interrupted(rd)
+    _report(rd, summary)
+    return 0
+
+
+def print_status(path: str | Path) -> int:
+    rd = open_run_dir(path)
+    metric = rd.config.objective.metric
+    with open_store(rd.store_url) as store:
+        info = store.get_run(rd.run_id)
+        records = store.records(rd.run_id)
+    by_status: dict[str, int] = {}
+    for r in records:
+        by_status[r.status.value] = by_status.get(r.status.value, 0) + 1
+    scored = [r for r in records if r.fitness(metric) is not None]
+    best = max(scored, key=lambda r: (r.fitness(metric), -r.seq)) if scored else None
+    print(f"run {info.run_id} ({info.family}, seed {info.seed}): {info.state}, "
+          f"{len(records)}/{rd.config.budget.evaluations} evaluations, {info.elapsed_s:.1f} s")
+    if info.notes.get("stop_reason"):
+        print(f"  stop reason: {info.notes['stop_reason']}")
+    print("  by status: " + (", ".join(f"{k} {v}" for k, v in sorted(by_status.items())) or "none yet"))
+    if records:
+        last = records[-1]
+        print(f"  last: generation {last.generation} of stage {last.stage}")
+    if best:
+        print(f"  best {metric} = {best.fitness(metric):.6g}  key {best.key}  ({best.stage}, generation {best.generation})")
+        print(f"  genome: {dict(best.evaluation.genome)}")
+    return 0

@@ -1,0 +1,305 @@
+"""Unit and property tests for genomes/: gene kinds, spaces, validation, repair, keys."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import pickle
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from genomes import (
+    Choice, Flag, GeneError, GeneSpace, Genome, IntRange, InvalidGenome, PowerOfTwo,
+    gene_from_spec, genome_key, require,
+)
+from genomes.synthetic import SPACE
+
+FIXED = dict(vector_bytes=8, load_cache="cg", streaming_store=True, threads_per_row=128,
+             rows_per_cta=2, cluster=2, stages=3, unroll=2)
+# Never change this: the store, the compile cache and deduplication rely on keys being stable.
+FIXED_KEY = "3ab62226a1865b4a4273"
+
+
+# -- gene kinds ------------------------------------------------------------------------------
+def test_choice_values_neighbours_distance():
+    g = Choice("cache", options=("ca", "cg", "nc"))
+    assert g.kind == "choice" and g.values() == ("ca", "cg", "nc")
+    assert set(g.neighbours("cg")) == {"ca", "nc"}
+    assert g.distance("ca", "ca") == 0.0 and g.distance("ca", "nc") == 1.0
+    assert g.validate("nc") == "nc"
+
+
+def test_choice_rejects_empty_and_repeated_options():
+    with pytest.raises(GeneError, match="at least one option"):
+        Choice("c", options=())
+    with pytest.raises(GeneError, match="repeat"):
+        Choice("c", options=("a", "a"))
+
+
+def test_choice_canonical_value_gives_one_key():
+    s = GeneSpace("t", (Choice("c", options=(1, 2, 3)),))
+    assert s.make({"c": 1}).key == s.make({"c": 1.0}).key == s.make({"c": True}).key
+    assert s.make({"c": 1.0})["c"] == 1 and type(s.make({"c": 1.0})["c"]) is int
+
+
+def test_flag():
+    g = Flag("streaming")
+    assert g.values() == (False, True)
+    assert g.neighbours(True) == (False,)
+    assert g.contains(False) and not g.contains(0) and not g.contains(1)
+    assert g.mutate(False, random.Random(0)) is True
+
+
+def test_int_range():
+    g = IntRange("unroll", low=1, high=9, step=2)
+    assert g.values() == (1, 3, 5, 7, 9)
+    assert g.neighbours(1) == (3,) and g.neighbours(5) == (3, 7)
+    assert g.contains(7) and not g.contains(4) and not g.contains(11) and not g.contains(True)
+    assert not g.contains(3.0)
+    assert g.distance(1, 9) == 4.0
+    rng = random.Random(3)
+    for _ in range(200):
+        v = g.mutate(5, rng)
+        assert v != 5 and g.contains(v)
+    with pytest.raises(GeneError, match="multiple of step"):
+        IntRange("bad", low=0, high=5, step=2)
+    with pytest.raises(GeneError, match="low <= high"):
+        IntRange("bad", low=5, high=1)
+
+
+def test_power_of_two():
+    g = PowerOfTwo("threads", low=32, high=512)
+    assert g.values() == (32, 64, 128, 256, 512)
+    assert g.neighbours(32) == (64,) and g.neighbours(128) == (64, 256)
+    assert g.distance(32, 512) == 4.0
+    assert not g.contains(96) and not g.contains(1024) and not g.contains(True)
+    with pytest.raises(GeneError, match="powers of two"):
+        PowerOfTwo("bad", low=3, high=8)
+    with pytest.raises(GeneError, match="high 4 < low 8"):
+        PowerOfTwo("bad", low=8, high=4)
+
+
+def test_single_valued_genes_do_not_mutate():
+    rng = random.Random(0)
+    assert Choice("c", options=("only",)).mutate("only", rng) == "only"
+    assert IntRange("i", low=2, high=2).mutate(2, rng) == 2
+
+
+def test_validation_message_names_gene_and_legal_values():
+    g = PowerOfTwo("vector_bytes", low=4, high=16)
+    with pytest.raises(GeneError, match=r"gene 'vector_bytes': 5 is not one of \[4, 8, 16\]"):
+        g.validate(5)
+    big = IntRange("regs", low=0, high=255)
+    assert "(256 values)" in big.describe_values()
+
+
+@pytest.mark.parametrize("gene", list(SPACE.genes) + [IntRange("u", low=1, high=9, step=2)])
+def test_gene_spec_round_trip(gene):
+    rebuilt = gene_from_spec(json.loads(json.dumps(gene.spec())))
+    assert rebuilt == gene
+
+
+def test_unknown_gene_kind():
+    with pytest.raises(GeneError, match="unknown gene kind 'float'"):
+        gene_from_spec({"name": "x", "kind": "float"})
+
+
+def test_sample_and_mutate_stay_legal():
+    rng = random.Random(11)
+    for gene in SPACE.genes:
+        for _ in range(50):
+            v = gene.sample(rng)
+            assert gene.contains(v)
+            m = gene.mutate(v, rng)
+            assert gene.contains(m) and m != v
+
+
+# -- spaces ----------------------------------------------------------------------------------
+def test_space_structure():
+    assert SPACE.names[0] == "vector_bytes" and len(SPACE.names) == 8
+    assert SPACE.groups() == {
+        "memory": ("vector_bytes", "load_cache", "streaming_store"),
+        "geometry": ("threads_per_row", "rows_per_cta", "cluster"),
+        "pipeline": ("stages", "unroll"),
+    }
+    assert SPACE.size() == 9720
+
+
+def test_enumerate_count_synthetic():
+    all_valid = list(SPACE.enumerate())
+    assert len(all_valid) == 5940
+    assert len({g.key for g in all_valid}) == 5940
+    assert all(SPACE.is_valid(g) for g in all_valid)
+
+
+def test_enumerate_refuses_large_space():
+    with pytest.raises(GeneError, match="more than limit"):
+        next(SPACE.enumerate(limit=100))
+
+
+def test_duplicate_gene_names_and_unknown_constraint_genes():
+    with pytest.raises(GeneError, match="repeat"):
+        GeneSpace("d", (Flag("a"), Flag("a")))
+    with pytest.raises(GeneError, match="unknown genes"):
+        GeneSpace("d", (Flag("a"),), (require("r", ("b",), lambda v: True),))
+
+
+def test_unknown_gene_lookup():
+    with pytest.raises(GeneError, match="has no gene 'nope'"):
+        SPACE.gene("nope")
+
+
+def test_constraint_violations_listed_by_name():
+    bad = dict(FIXED, threads_per_row=32, cluster=4, stages=3, unroll=1)
+    problems = SPACE.violations(bad)
+    assert [p.split(":")[0] for p in problems] == [
+        "constraint cluster_needs_wide_rows", "constraint deep_staging_needs_unroll"]
+    with pytest.raises(InvalidGenome) as exc:
+        SPACE.make(bad)
+    msg = str(exc.value)
+    assert "cluster_needs_wide_rows" in msg and "deep_staging_needs_unroll" in msg
+    assert "cta_size" not in msg
+    assert "at least two loads per stage" in msg
+
+
+def test_gene_problems_listed_together():
+    bad = dict(FIXED, vector_bytes=3, load_cache="xx", bogus=1)
+    del bad["unroll"]
+    problems = SPACE.violations(bad)
+    text = "; ".join(problems)
+    assert "unknown genes ['bogus']" in text
+    assert "gene 'unroll' is missing" in text
+    assert "gene 'vector_bytes': 3" in text and "gene 'load_cache': 'xx'" in text
+
+
+def test_neighbours_are_valid_one_step_moves():
+    g = SPACE.make(FIXED)
+    near = SPACE.neighbours(g)
+    assert near and all(SPACE.is_valid(n) for n in near)
+    for n in near:
+        diff = [k for k in SPACE.names if n[k] != g[k]]
+        assert len(diff) == 1
+        assert n[diff[0]] in SPACE.gene(diff[0]).neighbours(g[diff[0]])
+    # threads_per_row=64 would break the cluster constraint; it is not a neighbour
+    assert all(n["threads_per_row"] != 64 for n in near)
+
+
+def test_sample_is_seeded():
+    a = [SPACE.sample(random.Random(5)) for _ in range(3)]
+    b = [SPACE.sample(random.Random(5)) for _ in range(3)]
+    assert a == b and all(SPACE.is_valid(g) for g in a)
+
+
+# -- genomes ---------------------------------------------------------------------------------
+def test_key_is_stable_across_versions():
+    g = SPACE.make(FIXED)
+    assert g.key == FIXED_KEY
+    assert genome_key("synthetic", dict(reversed(list(FIXED.items())))) == FIXED_KEY
+
+
+def test_json_round_trip():
+    g = SPACE.make(FIXED)
+    assert SPACE.from_json(g.to_json()) == g
+    assert SPACE.from_json(json.loads(g.to_json())) == g
+    assert SPACE.from_json(json.dumps(FIXED)) == g
+    assert SPACE.to_json(g) == g.to_json()
+
+
+def test_from_json_rejects_other_space_and_bad_values():
+    g = SPACE.make(FIXED)
+    other = g.to_json().replace('"space":"synthetic"', '"space":"rmsnorm"')
+    with pytest.raises(InvalidGenome, match="belongs to space 'rmsnorm'"):
+        SPACE.from_json(other)
+    with pytest.raises(GeneError, match="vector_bytes"):
+        SPACE.from_json(json.dumps(dict(FIXED, vector_bytes=5)))
+
+
+def test_pickle_and_copy():
+    g = SPACE.make(FIXED)
+    for clone in (pickle.loads(pickle.dumps(g)), copy.copy(g), copy.deepcopy(g)):
+        assert clone == g and clone.key == g.key and dict(clone) == dict(g)
+        assert clone.space == "synthetic"
+
+
+def test_immutability():
+    g = SPACE.make(FIXED)
+    with pytest.raises(AttributeError):
+        g._key = "x"
+    with pytest.raises(AttributeError):
+        g.extra = 1
+    with pytest.raises(AttributeError):
+        del g._key
+    with pytest.raises(TypeError):
+        g["unroll"] = 3  # type: ignore[index]
+    assert g.key == FIXED_KEY
+
+
+def test_mapping_behaviour_and_changed():
+    g = SPACE.make(FIXED)
+    assert list(g) == list(SPACE.names) and len(g) == 8 and g["unroll"] == 2
+    with pytest.raises(KeyError, match="not in space"):
+        g["nope"]
+    ch = g.changed(unroll=3)
+    assert ch["unroll"] == 3 and g["unroll"] == 2 and isinstance(ch, dict)
+    with pytest.raises(KeyError, match="nope"):
+        g.changed(nope=1)
+    assert g.as_dict() == FIXED
+    assert hash(g) == hash(SPACE.make(dict(FIXED)))
+    assert {g: 1}[SPACE.make(FIXED)] == 1
+    assert g != FIXED  # a genome is not a plain dict
+    assert "synthetic" in repr(g)
+
+
+# -- repair ----------------------------------------------------------------------------------
+def test_repair_fixes_constraint_with_smallest_change():
+    start = dict(FIXED, threads_per_row=64, cluster=2)  # cluster>1 needs >=128 threads
+    fixed = SPACE.repair(start, random.Random(0))
+    assert SPACE.is_valid(fixed)
+    changed = {k for k in SPACE.names if fixed[k] != start[k]}
+    assert changed in ({"cluster"}, {"threads_per_row"})
+
+
+def test_repair_snaps_out_of_range_numbers():
+    fixed = SPACE.repair(dict(FIXED, vector_bytes=7, unroll=99, stages=-4), random.Random(0))
+    assert fixed["vector_bytes"] == 8 and fixed["unroll"] == 4
+    assert SPACE.is_valid(fixed)
+
+
+def test_repair_is_seeded():
+    start = dict(FIXED, threads_per_row=32, cluster=4, stages=3, unroll=1, load_cache=None)
+    a = [SPACE.repair(start, random.Random(s)) for s in range(5)]
+    b = [SPACE.repair(start, random.Random(s)) for s in range(5)]
+    assert a == b
+
+
+_WILD = st.one_of(
+    st.integers(-10_000, 10_000), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+    st.none(), st.text(max_size=3), st.sampled_from(["ca", "cg", "nc"]),
+    st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 256, 512]), st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.dictionaries(st.sampled_from(list(SPACE.names) + ["bogus"]), _WILD),
+       seed=st.integers(0, 2**32 - 1))
+def test_repair_of_anything_is_valid_and_idempotent(values, seed):
+    fixed = SPACE.repair(values, random.Random(seed))
+    assert isinstance(fixed, Genome) and SPACE.is_valid(fixed)
+    assert SPACE.repair(fixed, random.Random(seed + 1)) == fixed
+    assert SPACE.repair(values, random.Random(seed)) == fixed  # same seed, same repair
+
+
+_VALID = list(SPACE.enumerate())
+
+
+@settings(max_examples=60, deadline=None)
+@given(i=st.integers(0, len(_VALID) - 1), seed=st.integers(0, 2**32 - 1))
+def test_repair_is_identity_on_valid_genomes(i, seed):
+    g = _VALID[i]
+    assert SPACE.repair(g, random.Random(seed)) == g
+    assert SPACE.repair(g.as_dict(), random.Random(seed)) == g
+    assert SPACE.from_json(g.to_json()) == g
+    assert not math.isnan(SPACE.distance(g, g)) and SPACE.distance(g, g) == 0

@@ -24,6 +24,9 @@ no worker is left, `WorkerStartupError` is raised: that is the machine's fault, 
 No orphans: workers run in their own process group (killed as a group), a watchdog thread in each
 worker exits when the parent goes away, and every pool is closed by `close()`, the context
 manager, or at interpreter exit.
+
+Because workers are spawned, a script that builds a pool must guard its entry point with
+`if __name__ == "__main__":` (the spawn method re-imports the main module in every worker).
 """
 
 from __future__ import annotations
@@ -148,7 +151,12 @@ def _watch_parent(parent_pid: int, period_s: float = 0.5) -> None:
     def loop() -> None:
         while True:
             time.sleep(period_s)
-            if os.getppid() != parent_pid:
+            if os.getppid() != parent_pid:           # orphaned: take our own children along
+                try:
+                    if os.getpgrp() == os.getpid():
+                        os.killpg(os.getpid(), signal.SIGKILL)
+                except OSError:
+                    pass
                 os._exit(3)
     threading.Thread(target=loop, name="parent-watchdog", daemon=True).start()
 

@@ -1,0 +1,856 @@
+"""The GPU side of the judge: `DeviceRunner.run(job) -> JobResult`, inside one worker process.
+
+A worker (fitness.workers) builds one DeviceRunner for its GPU and hands it Jobs. For each case
+the runner follows the CORRECTNESS and TIMING protocols of DESIGN.md:
+
+verify (CHECK jobs, and once per case before timing in BENCH jobs)
+    For "normal" and then "wide" inputs: fresh inputs from np.random.default_rng(job.seed + case
+    index) -> outputs poisoned (NaN pattern) including a guard zone before and after each output
+    -> launch -> wait (at most timing.max_case_seconds) -> guards intact, every output element
+    written and within tolerance of the float64 reference, inputs bitwise unchanged. Then
+    DIFFERENT fresh inputs are written into the SAME buffers (same pointers) and checked again,
+    which catches kernels that cache results keyed on pointers.
+time (BENCH jobs)
+    Input sets cached per case (several when they fit in L2, rotated), float64 references and
+    input fingerprints beside them. Warm-up, then `reps` rounds interleaving the candidate and
+    every baseline (candidate, b1, b2, candidate, ...), L2 flushed before every timed launch and
+    the candidate's output poisoned before each of its launches, each launch between its own
+    pair of CUDA events. Afterwards the candidate's outputs from its last launch on every set are
+    checked against that set's reference and the inputs' fingerprints re-checked. Median and
+    inter-quartile range per implementation.
+
+Failures are values: launch errors -> RUNTIME_ERROR (sticky ones such as an illegal address set
+context_lost so the worker is replaced), a launch exceeding max_case_seconds -> TIMEOUT (with
+context_lost: the kernel may still be running), anything the protocol rejects -> WRONG_RESULT,
+an inconsistent launch (too many threads, cluster not dividing the grid, unknown buffer name)
+-> INVALID. A bug in the runner or the family is reported as RUNTIME_ERROR with
+extra["internal_error"] = True.
+
+The CUDA calls sit behind a small backend (`CupyBackend`); everything else is array code written
+against the backend's array module, so tests drive the whole runner on the CPU with a numpy
+backend.
+
+Notes on cupy:
+- Cubins are loaded with `cupy.cuda.function.Module().load(bytes)`, not `cupy.RawModule(path=)`:
+  RawModule memoises loaded modules per path for the life of the process, so every candidate's
+  module (and its __device__ globals) would stay loaded forever. A Module is unloaded when the
+  last reference goes, i.e. at the end of each job.
+- cupy cannot pass cluster dimensions at launch. A kernel that needs clusters must declare them
+  with `__cluster_dims__(x, y, z)`; then an ordinary launch forms the clusters. The runner reads
+  the compiled cluster shape (CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*) and declares the case
+  INVALID when Launch.cluster disagrees with it, when a cluster is asked for but none is
+  compiled in, or when the grid is not divisible by the cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from fitness import dtypes, verify
+from fitness.family import BufferSpec, Case, KernelFamily, Launch, load_family
+from fitness.jobs import BENCH, CHECK, Job, JobResult, TimingConfig
+from fitness.records import CaseResult, Status
+
+GUARD_BYTES = 64 * 1024            # poisoned guard zone before and after every output
+HOST_LIMIT_ELEMS = 1 << 22         # larger inputs are generated and referenced on the device
+MAX_INPUT_SETS = 8
+STATIC_SMEM_LIMIT = 48 * 1024      # above this, dynamic shared memory must be opted in
+DISTRIBUTIONS = ("normal", "wide")
+CANDIDATE = "<candidate>"
+
+# CUDA errors after which the context is unusable (driver and runtime share these numbers)
+STICKY_CUDA_ERRORS = frozenset({
+    214,   # ECC uncorrectable
+    700,   # illegal address
+    702,   # launch timeout
+    710,   # device-side assert
+    714,   # hardware stack error
+    715,   # illegal instruction
+    716,   # misaligned address
+    717,   # invalid address space
+    718,   # invalid PC
+    719,   # launch failed
+    999,   # unknown
+})
+
+_SEVERITY = {Status.OK: 0, Status.INVALID: 1, Status.WRONG_RESULT: 2, Status.RUNTIME_ERROR: 3,
+             Status.TIMEOUT: 4, Status.COMPILE_ERROR: 5}
+
+
+class KernelTimeout(Exception):
+    """A launch did not finish within its time limit (the kernel may still be running)."""
+
+
+class LaunchInvalid(Exception):
+    """The Launch cannot be carried out as described (an INVALID case, not a GPU failure)."""
+
+
+class CudaStatusError(RuntimeError):
+    """A CUDA error code seen by the runner itself (e.g. from cudaEventQuery)."""
+
+    def __init__(self, status: int, where: str = ""):
+        self.status = int(status)
+        super().__init__(f"{where + ': ' if where else ''}CUDA error {self.status}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers
+# ---------------------------------------------------------------------------------------------
+def worst_status(statuses: Sequence[Status]) -> Status:
+    """The most severe status (OK only when all are OK; an empty list is OK)."""
+    return max(statuses, key=lambda s: _SEVERITY[s], default=Status.OK)
+
+
+def rotation_sets(working_bytes: int, l2_bytes: int, enabled: bool = True, cap: int = MAX_INPUT_SETS) -> int:
+    """How many input sets to rotate: ceil(3*L2 / bytes) capped at `cap` when a set fits in L2."""
+    if not enabled or working_bytes <= 0 or working_bytes >= l2_bytes:
+        return 1
+    return max(1, min(cap, math.ceil(3 * l2_bytes / working_bytes)))
+
+
+def median_iqr(samples: Sequence[float]) -> tuple[float, float]:
+    a = np.asarray(samples, dtype=np.float64)
+    if a.size == 0:
+        return float("nan"), float("nan")
+    q25, q50, q75 = np.percentile(a, [25, 50, 75])
+    return float(q50), float(q75 - q25)
+
+
+def launch_problem(launch: Launch, *, max_threads: int = 1024, max_smem: int = 227 * 1024) -> str | None:
+    """Why a Launch cannot be valid on the device, or None."""
+    grid, block, cluster = tuple(launch.grid), tuple(launch.block), tuple(launch.cluster)
+    if len(grid) != 3 or len(block) != 3 or len(cluster) != 3:
+        return f"grid, block and cluster must be 3-tuples, got {grid}, {block}, {cluster}"
+    if any(int(g) < 1 for g in grid) or any(int(b) < 1 for b in block) or any(int(c) < 1 for c in cluster):
+        return f"grid {grid}, block {block} and cluster {cluster} must be positive"
+    threads = block[0] * block[1] * block[2]
+    if threads > max_threads:
+        return f"block {block} has {threads} threads, more than {max_threads}"
+    if grid[0] > 2**31 - 1 or grid[1] > 65535 or grid[2] > 65535:
+        return f"grid {grid} exceeds the device limits (2^31-1, 65535, 65535)"
+    if any(g % c for g, c in zip(grid, cluster)):
+        return f"grid {grid} is not divisible by cluster {cluster}"
+    if launch.shared_bytes < 0 or launch.shared_bytes > max_smem:
+        return f"dynamic shared memory {launch.shared_bytes} B is more than the {max_smem} B a block may use"
+    return None
+
+
+def resolve_args(launch: Launch, buffers: Mapping[str, Any]) -> list[Any]:
+    """Launch.args -> kernel arguments: buffer names become arrays, None a NULL pointer, numpy
+    scalars pass by value. Plain Python numbers are refused (cupy would pass them as 64-bit)."""
+    out = []
+    for i, a in enumerate(launch.args):
+        if isinstance(a, str):
+            if a not in buffers:
+                raise LaunchInvalid(f"Launch.args[{i}] names buffer {a!r}, but the case has {sorted(buffers)}")
+            out.append(buffers[a])
+        elif a is None or isinstance(a, np.generic):
+            out.append(a)
+        else:
+            raise LaunchInvalid(f"Launch.args[{i}] = {a!r} ({type(a).__name__}): pass a buffer name, None "
+                                f"(NULL) or a numpy scalar such as np.int32(...)/np.float32(...)")
+    return out
+
+
+def spec_dtype(spec: BufferSpec) -> str:
+    return dtypes.canonical(spec.dtype)
+
+
+class GuardedBuffer:
+    """An output with a guard zone before and after it, all poisonable in one fill.
+
+    `data` (the kernel's view) starts `guard` bytes into one allocation; guard_bytes is a
+    multiple of 256, so the data keeps the allocation's alignment."""
+
+    def __init__(self, xp: Any, spec: BufferSpec, guard_bytes: int = GUARD_BYTES):
+        self.xp = xp
+        self.dtype = spec_dtype(spec)
+        self.shape = tuple(int(s) for s in spec.shape)
+        self.n = int(np.prod(self.shape)) if self.shape else 1
+        size = dtypes.itemsize(self.dtype)
+        self.guard = max(1, int(guard_bytes) // size)
+        self.full = xp.empty(self.n + 2 * self.guard, dtype=dtypes.bits_dtype(self.dtype))
+        self.data = self.full[self.guard:self.guard + self.n].view(dtypes.storage_dtype(self.dtype)).reshape(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.full.nbytes)
+
+    def poison(self) -> None:
+        """Everything, guards included."""
+        self.full.fill(dtypes.poison_bits(self.dtype))
+
+    def poison_data(self) -> None:
+        """Only the output (guards keep whatever evidence they hold)."""
+        self.full[self.guard:self.guard + self.n].fill(dtypes.poison_bits(self.dtype))
+
+    def check_guards(self, name: str) -> verify.Verdict:
+        front = self.full[:self.guard].view(dtypes.storage_dtype(self.dtype))
+        back = self.full[self.guard + self.n:].view(dtypes.storage_dtype(self.dtype))
+        v = verify.guard_intact(back, self.dtype, name=name, where="after")
+        if not v:
+            return v
+        return verify.guard_intact(front[::-1], self.dtype, name=name, where="before")
+
+
+def judge_outputs(outputs: Mapping[str, GuardedBuffer], refs: Mapping[str, Any],
+                  tols: Mapping[str, Any], *, chunk: int = verify.DEFAULT_CHUNK) -> tuple[str | None, float | None, float | None]:
+    """(problem or None, max_abs_err, rel_l2) over the outputs, guards first."""
+    for name, buf in outputs.items():
+        g = buf.check_guards(name)
+        if not g:
+            return g.message, None, None
+    max_err = rel = None
+    for name, buf in outputs.items():
+        if name not in refs:
+            return f"the family's reference has no output {name!r}", None, None
+        res = verify.check_output(buf.data, refs[name], tols[name], buf.dtype, name=name, chunk=chunk)
+        if not res.ok:
+            return res.message, res.max_abs_err, res.rel_l2
+        if max_err is None:                 # the first output (y) is the one recorded
+            max_err, rel = res.max_abs_err, res.rel_l2
+    return None, max_err, rel
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA backend (thin; every call here is a cupy/CUDA API call)
+# ---------------------------------------------------------------------------------------------
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _kernel_driver_version() -> str | None:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?: for [\w-]+)?\s+([0-9][0-9.]+)", text) or re.search(r"\s([0-9]{3}\.[0-9.]+)\s", text)
+    return m.group(1) if m else None
+
+
+class CupyBackend:
+    """Device, memory, module loading, launches, events and L2 flushing through cupy."""
+
+    has_device_rng = True
+
+    def __init__(self, device_id: int = 0):
+        import cupy  # noqa: PLC0415 - only in GPU workers
+        self.cp = cupy
+        self.xp = cupy
+        self.device_id = int(device_id)
+        self.device = cupy.cuda.Device(self.device_id)
+        self.device.use()
+        props = cupy.cuda.runtime.getDeviceProperties(self.device_id)
+        name = props.get("name", b"GPU")
+        self.name = name.decode() if isinstance(name, bytes) else str(name)
+        self.major, self.minor = int(props.get("major", 0)), int(props.get("minor", 0))
+        self.sm_count = int(props.get("multiProcessorCount", 0))
+        self.l2_bytes = int(props.get("l2CacheSize", 0)) or 50 * 1024 * 1024
+        self.total_mem = int(props.get("totalGlobalMem", 0)) or 80 * 1024**3
+        self.max_smem_optin = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
+        self.max_threads = int(props.get("maxThreadsPerBlock", 1024)) or 1024
+        self._flush = cupy.empty(2 * self.l2_bytes, dtype=cupy.uint8)
+
+    # -- facts --------------------------------------------------------------------------------
+    def describe(self) -> str:
+        rt = self.cp.cuda.runtime
+        driver = _kernel_driver_version()
+        if driver is None:
+            try:
+                driver = "CUDA " + _cuda_version(rt.driverGetVersion())
+            except Exception:  # noqa: BLE001
+                driver = "?"
+        try:
+            runtime = _cuda_version(rt.runtimeGetVersion())
+        except Exception:  # noqa: BLE001
+            runtime = "?"
+        return (f"{self.name} (sm_{self.major}{self.minor}, {self.sm_count} SMs, driver {driver}, "
+                f"CUDA runtime {runtime})")
+
+    # -- modules and launches -------------------------------------------------------------
+    def load(self, cubin: bytes) -> Any:
+        from cupy.cuda import function  # noqa: PLC0415
+        module = function.Module()
+        module.load(bytes(cubin))
+        return module
+
+    def get_kernel(self, module: Any, name: str) -> Any:
+        return module.get_function(name)
+
+    def prepare_kernel(self, kernel: Any, launch: Launch) -> None:
+        drv = self.cp.cuda.driver
+        if launch.shared_bytes > STATIC_SMEM_LIMIT:
+            drv.funcSetAttribute(kernel.ptr, 8, int(launch.shared_bytes))   # MAX_DYNAMIC_SHARED_SIZE_BYTES
+        compiled = tuple(int(drv.funcGetAttribute(a, kernel.ptr)) for a in (11, 12, 13))  # REQUIRED_CLUSTER_*
+        wanted = tuple(int(c) for c in launch.cluster)
+        has_cluster = all(c > 0 for c in compiled)
+        if has_cluster:
+            if wanted != (1, 1, 1) and wanted != compiled:
+                raise LaunchInvalid(f"Launch.cluster {wanted} differs from the kernel's __cluster_dims__ {compiled}")
+            if any(g % c for g, c in zip(launch.grid, compiled)):
+                raise LaunchInvalid(f"grid {tuple(launch.grid)} is not divisible by the kernel's "
+                                    f"__cluster_dims__ {compiled}")
+        elif wanted != (1, 1, 1) and all(c >= 0 for c in compiled):
+            raise LaunchInvalid(f"Launch.cluster {wanted} needs __cluster_dims__ in the kernel: this runner "
+                                f"launches through cupy, which cannot set cluster dimensions at launch")
+
+    def launch(self, kernel: Any, launch: Launch, args: Sequence[Any]) -> None:
+        kernel(tuple(int(g) for g in launch.grid), tuple(int(b) for b in launch.block), tuple(args),
+               shared_mem=int(launch.shared_bytes))
+
+    # -- events and waiting ------------------------------------------------------------------
+    def record(self) -> Any:
+        ev = self.cp.cuda.Event()
+        ev.record()
+        return ev
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(self.cp.cuda.get_elapsed_time(start, end))
+
+    def wait(self, event: Any, timeout_s: float) -> None:
+        """Block until `event` completes; KernelTimeout after timeout_s; CUDA errors raise."""
+        rt = self.cp.cuda.runtime
+        deadline = time.monotonic() + float(timeout_s)
+        sleep = 20e-6
+        while True:
+            status = int(rt.eventQuery(event.ptr))  # the raw cudaError_t (cupy does not raise here)
+            if status == 0:
+                event.synchronize()
+                return
+            if status != 600:                        # cudaErrorNotReady
+                raise CudaStatusError(status, "cudaEventQuery")
+            if time.monotonic() > deadline:
+                raise KernelTimeout(f"not finished after {timeout_s:g} s")
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 5e-3)
+
+    def synchronize(self, timeout_s: float) -> None:
+        self.wait(self.record(), timeout_s)
+
+    # -- memory ---------------------------------------------------------------------------------
+    def flush_l2(self) -> None:
+        stream = self.cp.cuda.get_current_stream()
+        self.cp.cuda.runtime.memsetAsync(self._flush.data.ptr, 0, self._flush.nbytes, stream.ptr)
+
+    def upload(self, dst: Any, src: Any) -> None:
+        if isinstance(src, np.ndarray):
+            dst.set(np.ascontiguousarray(src))
+        else:
+            self.cp.copyto(dst, src)
+
+    def device_rng(self, seed: int) -> Any:
+        return self.cp.random.RandomState(int(seed) % (2**63))
+
+    def free_all(self) -> None:
+        self.cp.get_default_memory_pool().free_all_blocks()
+        self.cp.get_default_pinned_memory_pool().free_all_blocks()
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            try:
+                if torch.cuda.is_initialized():
+                    torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def copy_ceiling_tbps(self, nbytes: int = 1 << 30, reps: int = 20) -> float:
+        """Device-to-device copy: (bytes read + bytes written) / time, median of `reps`."""
+        cp = self.cp
+        src = cp.empty(nbytes, dtype=cp.uint8)
+        dst = cp.empty(nbytes, dtype=cp.uint8)
+        src.fill(1)
+        stream = cp.cuda.get_current_stream()
+        times = []
+        for i in range(reps + 2):
+            a = self.record()
+            cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, 3, stream.ptr)  # device to device
+            b = self.record()
+            b.synchronize()
+            if i >= 2:
+                times.append(self.elapsed_ms(a, b))
+        del src, dst
+        med, _ = median_iqr(times)
+        return 2.0 * nbytes / (med * 1e-3) / 1e12
+
+    # -- errors ---------------------------------------------------------------------------------
+    def cuda_status(self, exc: BaseException) -> int | None:
+        """The CUDA error code of a cupy CUDA exception, else None."""
+        if isinstance(exc, CudaStatusError):
+            return exc.status
+        cp = self.cp
+        kinds = tuple(k for k in (getattr(cp.cuda.runtime, "CUDARuntimeError", None),
+                                  getattr(cp.cuda.driver, "CUDADriverError", None)) if k is not None)
+        if kinds and isinstance(exc, kinds):
+            status = getattr(exc, "status", None)
+            return int(status) if status is not None else 999
+        return None
+
+    def context_alive(self) -> bool:
+        try:
+            self.cp.cuda.runtime.deviceSynchronize()
+            probe = self.cp.arange(4, dtype=self.cp.float32)
+            return float(probe.sum()) == 6.0
+        except Exception:  # noqa: BLE001
+            return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Cached timing data per case
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TimingData:
+    sets: list[dict[str, Any]]               # device inputs, one dict per rotated set
+    refs: list[dict[str, Any]]               # float64 references on the device
+    prints: list[dict[str, tuple[int, int]]] # input fingerprints
+    nbytes: int
+    baselines: dict[tuple[str, int], Any] = field(default_factory=dict)
+    baseline_notes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _CaseOutcome:
+    result: CaseResult
+    context_lost: bool = False
+    internal_error: bool = False
+
+
+def _prod(shape: Sequence[int]) -> int:
+    return int(np.prod([int(s) for s in shape])) if len(shape) else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The runner
+# ---------------------------------------------------------------------------------------------
+class DeviceRunner:
+    """Runs Jobs on one GPU (the one the worker sees as `device_index`, usually 0)."""
+
+    def __init__(self, device_index: int = 0, *, backend: Any = None, cache_fraction: float = 0.3,
+                 guard_bytes: int = GUARD_BYTES, host_limit_elems: int = HOST_LIMIT_ELEMS,
+                 measure_copy: bool = True, stop_on_failure: bool = True):
+        self.backend = backend if backend is not None else CupyBackend(device_index)
+        self.xp = self.backend.xp
+        self.guard_bytes = int(guard_bytes)
+        self.host_limit_elems = int(host_limit_elems)
+        self.stop_on_failure = bool(stop_on_failure)
+        self.cache_limit = int(cache_fraction * getattr(self.backend, "total_mem", 0))
+        self._families: dict[tuple[str, str], KernelFamily] = {}
+        self._timing: OrderedDict[tuple[str, str, int], TimingData] = OrderedDict()
+        self.device = self.backend.describe()
+        self.copy_ceiling_tbps: float | None = None
+        if measure_copy:
+            try:
+                self.copy_ceiling_tbps = float(self.backend.copy_ceiling_tbps())
+                self.backend.free_all()
+            except Exception:  # noqa: BLE001 - a missing figure only disables the suspect test
+                self.copy_ceiling_tbps = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"device": self.device, "copy_ceiling_tbps": self.copy_ceiling_tbps,
+                "l2_bytes": getattr(self.backend, "l2_bytes", None)}
+
+    def close(self) -> None:
+        self._timing.clear()
+        try:
+            self.backend.free_all()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- the job --------------------------------------------------------------------------------
+    def run(self, job: Job) -> JobResult:
+        t0 = time.perf_counter()
+        results: list[CaseResult] = []
+        context_lost = internal = False
+        message = ""
+        module = None
+        kernels: dict[str, Any] = {}
+        try:
+            family = self._family(job.family, job.family_root)
+            try:
+                module = self.backend.load(job.cubin)
+            except Exception as exc:  # noqa: BLE001
+                status = self.backend.cuda_status(exc)
+                if status is None:
+                    raise
+                context_lost = status in STICKY_CUDA_ERRORS or not self.backend.context_alive()
+                return self._result(job, Status.RUNTIME_ERROR, [], f"the cubin did not load: {exc}", t0,
+                                    context_lost=context_lost)
+            for idx, case in enumerate(job.cases):
+                launch = job.launches.get(case.id)
+                if launch is None:
+                    results.append(CaseResult(case=case.id, status=Status.INVALID, params=dict(case.params),
+                                              message="genome cannot handle this case (launch() returned None)"))
+                    continue
+                outcome = self._run_case(job, family, module, kernels, idx, case, launch)
+                results.append(outcome.result)
+                internal = internal or outcome.internal_error
+                if outcome.context_lost:
+                    context_lost = True
+                    message = f"{case.id}: {outcome.result.status.value}: {outcome.result.message}"
+                    break
+                if outcome.result.status not in (Status.OK, Status.INVALID) and self.stop_on_failure:
+                    message = (f"{case.id}: {outcome.result.status.value}: {outcome.result.message} "
+                               f"(stopped after the first failing case)")
+                    break
+        except Exception as exc:  # noqa: BLE001 - a judge bug, or an unexpected CUDA failure
+            status = self.backend.cuda_status(exc)
+            if status is not None:
+                context_lost = status in STICKY_CUDA_ERRORS or not self.backend.context_alive()
+                message = f"CUDA error outside a launch: {exc}"
+            else:
+                internal = True
+                message = "judge error:\n" + traceback.format_exc()
+            st = worst_status([r.status for r in results] + [Status.RUNTIME_ERROR])
+            return self._result(job, st, results, message, t0, context_lost=context_lost, internal=internal)
+        finally:
+            kernels.clear()
+            module = None
+            if not context_lost:
+                try:
+                    self.backend.free_all()
+                except Exception:  # noqa: BLE001
+                    pass
+        status = worst_status([r.status for r in results])
+        if not message and status is not Status.OK:
+            bad = next(r for r in results if r.status is not Status.OK)
+            message = f"{bad.case}: {bad.status.value}: {bad.message}"
+        return self._result(job, status, results, message, t0, context_lost=context_lost, internal=internal)
+
+    def _result(self, job: Job, status: Status, results: list[CaseResult], message: str, t0: float, *,
+                context_lost: bool = False, internal: bool = False) -> JobResult:
+        extra = {"internal_error": True} if internal else {}
+        return JobResult(job_id=job.job_id, status=status, cases=tuple(results), message=message,
+                         device=self.device, copy_ceiling_tbps=self.copy_ceiling_tbps,
+                         context_lost=context_lost, seconds=time.perf_counter() - t0, extra=extra)
+
+    def _family(self, name: str, root: str) -> KernelFamily:
+        key = (name, str(root))
+        if key not in self._families:
+            self._families[key] = load_family(name, Path(root))
+        return self._families[key]
+
+    # -- one case ---------------------------------------------------------------------------------
+    def _run_case(self, job: Job, family: KernelFamily, module: Any, kernels: dict[str, Any], idx: int,
+                  case: Case, launch: Launch) -> _CaseOutcome:
+        params = dict(case.params)
+
+        def fail(status: Status, msg: str, **kw: Any) -> _CaseOutcome:
+            lost = kw.pop("context_lost", False)
+            internal = kw.pop("internal_error", False)
+            return _CaseOutcome(CaseResult(case=case.id, status=status, params=params, message=msg, **kw),
+                                context_lost=lost, internal_error=internal)
+
+        timing = job.timing or TimingConfig()
+        problem = launch_problem(launch, max_threads=getattr(self.backend, "max_threads", 1024),
+                                 max_smem=getattr(self.backend, "max_smem_optin", 227 * 1024))
+        if problem:
+            return fail(Status.INVALID, problem)
+        try:
+            kernel = kernels.get(launch.kernel)
+            if kernel is None:
+                try:
+                    kernel = self.backend.get_kernel(module, launch.kernel)
+                except Exception as exc:  # noqa: BLE001
+                    if self.backend.cuda_status(exc) is None:
+                        raise
+                    return fail(Status.INVALID, f"kernel {launch.kernel!r} is not in the cubin ({exc})")
+                kernels[launch.kernel] = kernel
+            self.backend.prepare_kernel(kernel, launch)
+            ins, outs = family.io(case)
+            verdict = self._verify(job, family, case, idx, kernel, launch, ins, outs, timing)
+            if isinstance(verdict, str):
+                return fail(Status.WRONG_RESULT, verdict)
+            max_err, rel = verdict
+            if job.stage != BENCH:
+                return _CaseOutcome(CaseResult(case=case.id, status=Status.OK, params=params,
+                                               max_abs_err=max_err, rel_l2_err=rel))
+            return self._bench(job, family, case, kernel, launch, ins, outs, timing, max_err, rel)
+        except LaunchInvalid as exc:
+            return fail(Status.INVALID, str(exc))
+        except KernelTimeout as exc:
+            return fail(Status.TIMEOUT, f"a launch exceeded max_case_seconds={timing.max_case_seconds:g}: {exc}",
+                        context_lost=True)
+        except Exception as exc:  # noqa: BLE001
+            status = self.backend.cuda_status(exc)
+            if status is None:
+                return fail(Status.RUNTIME_ERROR, "judge error:\n" + traceback.format_exc(), internal_error=True)
+            lost = status in STICKY_CUDA_ERRORS or not self.backend.context_alive()
+            return fail(Status.RUNTIME_ERROR, f"CUDA error {status}: {exc}", context_lost=lost)
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def _on_device(self, family: KernelFamily, ins: Mapping[str, BufferSpec]) -> bool:
+        n = sum(_prod(s.shape) for s in ins.values())
+        return (bool(getattr(family, "supports_device_arrays", False)) and getattr(self.backend, "has_device_rng", False)
+                and n > self.host_limit_elems)
+
+    def _alloc_inputs(self, ins: Mapping[str, BufferSpec]) -> dict[str, Any]:
+        return {n: self.xp.empty(tuple(s.shape), dtype=dtypes.storage_dtype(spec_dtype(s))) for n, s in ins.items()}
+
+    def _fill_inputs(self, family: KernelFamily, case: Case, rng: np.random.Generator, distribution: str,
+                     ins: Mapping[str, BufferSpec], into: Mapping[str, Any]) -> dict[str, Any]:
+        """Fresh inputs written into the existing buffers `into`; returns the float64 references
+        (device arrays)."""
+        xp = self.xp
+        if self._on_device(family, ins):
+            gen = self.backend.device_rng(int(rng.integers(0, 2**63 - 1)))
+            made = family.make_inputs(case, gen, distribution, xp=xp)
+        else:
+            made = family.make_inputs(case, rng, distribution)
+        for name, spec in ins.items():
+            if name not in made:
+                raise ValueError(f"make_inputs gave no {name!r} (got {sorted(made)})")
+            src = made[name]
+            want = dtypes.storage_dtype(spec_dtype(spec))
+            if tuple(src.shape) != tuple(spec.shape) or src.dtype != want:
+                raise ValueError(f"make_inputs gave {name} {tuple(src.shape)} {src.dtype}, the spec says "
+                                 f"{tuple(spec.shape)} {want}")
+            self.backend.upload(into[name], src)
+        if self._on_device(family, ins):
+            refs = family.reference(case, into)
+        else:
+            refs = family.reference(case, made)
+        del made
+        return {k: xp.asarray(v) for k, v in refs.items()}
+
+    # -- verification ------------------------------------------------------------------------------
+    def _launch_and_wait(self, kernel: Any, launch: Launch, buffers: Mapping[str, Any], timeout_s: float) -> None:
+        args = resolve_args(launch, buffers)
+        self.backend.launch(kernel, launch, args)
+        self.backend.wait(self.backend.record(), timeout_s)
+
+    def _verify(self, job: Job, family: KernelFamily, case: Case, idx: int, kernel: Any, launch: Launch,
+                ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec],
+                timing: TimingConfig) -> str | tuple[float | None, float | None]:
+        """A failure message, or (max_abs_err, rel_l2) of the first output over all rounds."""
+        rng = np.random.default_rng(int(job.seed) + idx)
+        tols = family.tolerances(case)
+        dev_in = self._alloc_inputs(ins)
+        out_bufs = {n: GuardedBuffer(self.xp, s, self.guard_bytes) for n, s in outs.items()}
+        buffers = dict(dev_in)
+        buffers.update({n: b.data for n, b in out_bufs.items()})
+        worst_err: float | None = None
+        worst_rel: float | None = None
+        for distribution in DISTRIBUTIONS:
+            for call in (1, 2):
+                refs = self._fill_inputs(family, case, rng, distribution, ins, dev_in)
+                before = {n: a.copy() for n, a in dev_in.items()}
+                for b in out_bufs.values():
+                    b.poison()
+                self._launch_and_wait(kernel, launch, buffers, timing.max_case_seconds)
+                where = (f"{distribution} inputs, call {call}"
+                         + (" (new data in the same buffers)" if call == 2 else ""))
+                problem, err, rel = judge_outputs(out_bufs, refs, tols)
+                if problem:
+                    return f"[{where}] {problem}"
+                unchanged = verify.inputs_unchanged(before, dev_in)
+                if not unchanged:
+                    return f"[{where}] {unchanged.message}"
+                if err is not None:
+                    worst_err = err if worst_err is None else max(worst_err, err)
+                if rel is not None:
+                    worst_rel = rel if worst_rel is None else max(worst_rel, rel)
+                del refs, before
+        return worst_err, worst_rel
+
+    # -- timing -------------------------------------------------------------------------------------
+    def _timing_data(self, job: Job, family: KernelFamily, case: Case, ins: Mapping[str, BufferSpec]) -> TimingData:
+        n_sets = rotation_sets(int(family.bytes_moved(case)), int(getattr(self.backend, "l2_bytes", 0)),
+                               enabled=job.timing.rotate_inputs)
+        key = (job.family, str(job.family_root), case.id)
+        td = self._timing.get(key)
+        if td is not None and len(td.sets) == n_sets:
+            self._timing.move_to_end(key)
+            return td
+        if td is not None:
+            del self._timing[key]
+        seed_fn = getattr(family, "timing_seed", None)
+        seed = int(seed_fn(case)) if callable(seed_fn) else zlib.crc32(case.id.encode())
+        sets, refs, prints, nbytes = [], [], [], 0
+        for s in range(n_sets):
+            rng = np.random.default_rng([seed, s])
+            dev = self._alloc_inputs(ins)
+            ref = self._fill_inputs(family, case, rng, "normal", ins, dev)
+            sets.append(dev)
+            refs.append(ref)
+            prints.append({n: verify.fingerprint(a) for n, a in dev.items()})
+            nbytes += sum(int(a.nbytes) for a in dev.values()) + sum(int(a.nbytes) for a in ref.values())
+        td = TimingData(sets=sets, refs=refs, prints=prints, nbytes=nbytes)
+        self._timing[key] = td
+        total = sum(t.nbytes for t in self._timing.values())
+        while total > self.cache_limit and len(self._timing) > 1:
+            old_key = next(iter(self._timing))
+            if old_key == key:
+                break
+            total -= self._timing.pop(old_key).nbytes
+        return td
+
+    def _prepare_baselines(self, family: KernelFamily, case: Case, td: TimingData, names: Sequence[str],
+                           tols: Mapping[str, Any], outs: Mapping[str, BufferSpec]) -> list[str]:
+        """Prepare (once per case and set) and trial-run the requested baselines; returns the names
+        that can be timed. Problems go to td.baseline_notes."""
+        offered = {b.name: b for b in family.baselines()}
+        usable = []
+        for name in names:
+            if name in td.baseline_notes and not any(k[0] == name for k in td.baselines):
+                continue                             # known unusable for this case
+            if all((name, s) in td.baselines for s in range(len(td.sets))):
+                usable.append(name)
+                continue
+            b = offered.get(name)
+            if b is None:
+                td.baseline_notes[name] = "not offered by the family"
+                continue
+            try:
+                if not b.available():
+                    td.baseline_notes[name] = "not importable here"
+                    continue
+                for s, dev in enumerate(td.sets):
+                    fn = b.prepare(case, dev)
+                    if fn is None:
+                        raise LookupError("does not support this case")
+                    result = fn()                         # trial run: compiles, warms up, may raise
+                    self.backend.synchronize(600.0)
+                    td.baselines[(name, s)] = fn
+                    note = self._check_baseline(fn, result, td.refs[s], tols, outs, name)
+                    if note:
+                        td.baseline_notes[name] = note
+                usable.append(name)
+            except Exception as exc:  # noqa: BLE001
+                for s in range(len(td.sets)):
+                    td.baselines.pop((name, s), None)
+                status = self.backend.cuda_status(exc)
+                if status is not None and (status in STICKY_CUDA_ERRORS or not self.backend.context_alive()):
+                    raise
+                td.baseline_notes[name] = f"unusable: {type(exc).__name__}: {str(exc).strip()[:300]}"
+        return usable
+
+    def _check_baseline(self, fn: Any, result: Any, refs: Mapping[str, Any], tols: Mapping[str, Any],
+                        outs: Mapping[str, BufferSpec], name: str) -> str:
+        as_outputs = getattr(fn, "as_outputs", None)
+        if not callable(as_outputs):
+            return ""
+        notes = []
+        for out_name, value in as_outputs(result).items():
+            if out_name not in outs or out_name not in refs:
+                continue
+            dt = spec_dtype(outs[out_name])
+            arr = self.xp.asarray(value)
+            want = dtypes.storage_dtype(dt)
+            if arr.dtype != want:
+                if arr.dtype.itemsize != want.itemsize:
+                    notes.append(f"{out_name} comes back as {arr.dtype}, not {dtypes.numpy_name(dt)}")
+                    continue
+                arr = arr.view(want)
+            res = verify.check_output(arr.reshape(tuple(outs[out_name].shape)), refs[out_name], tols[out_name], dt,
+                                      name=out_name)
+            if not res.ok:
+                notes.append(f"disagrees with the reference: {res.message}")
+        return f"baseline {name}: " + "; ".join(notes) if notes else ""
+
+    def _bench(self, job: Job, family: KernelFamily, case: Case, kernel: Any, launch: Launch,
+               ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], timing: TimingConfig,
+               max_err: float | None, rel: float | None) -> _CaseOutcome:
+        params = dict(case.params)
+        tols = family.tolerances(case)
+        td = self._timing_data(job, family, case, ins)
+        n_sets = len(td.sets)
+        out_sets = [{n: GuardedBuffer(self.xp, s, self.guard_bytes) for n, s in outs.items()} for _ in range(n_sets)]
+        buffers = []
+        for s in range(n_sets):
+            b = dict(td.sets[s])
+            b.update({n: g.data for n, g in out_sets[s].items()})
+            buffers.append(b)
+        args = [resolve_args(launch, b) for b in buffers]
+        for bufs in out_sets:
+            for g in bufs.values():
+                g.poison()
+        names = self._prepare_baselines(family, case, td, list(timing.baselines), tols, outs)
+        impls = [CANDIDATE] + names
+        samples: dict[str, list[float]] = {i: [] for i in impls}
+        dropped: dict[str, str] = {}
+        limit_ms = 1e3 * float(timing.max_case_seconds)
+        rounds = int(timing.warmup) + int(timing.reps)
+        pending: list[tuple[int, str, Any, Any]] = []
+        batch, round_wall, r = 1, None, 0
+        while r < rounds:
+            t_batch = time.perf_counter()
+            stop = min(rounds, r + batch)
+            for rr in range(r, stop):
+                s = rr % n_sets
+                for impl in impls:
+                    if impl in dropped:
+                        continue
+                    if impl == CANDIDATE:
+                        for g in out_sets[s].values():
+                            g.poison_data()
+                    if timing.flush_l2:
+                        self.backend.flush_l2()
+                    start = self.backend.record()
+                    if impl == CANDIDATE:
+                        self.backend.launch(kernel, launch, args[s])
+                    else:
+                        try:
+                            td.baselines[(impl, s)]()
+                        except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
+                            if self.backend.cuda_status(exc) is not None:
+                                raise
+                            dropped[impl] = f"baseline {impl}: failed while timed: {type(exc).__name__}: {exc}"
+                            continue
+                    end = self.backend.record()
+                    pending.append((rr, impl, start, end))
+            slack = 2.0 * (round_wall or 0.0) * (stop - r)
+            self.backend.wait(pending[-1][3], float(timing.max_case_seconds) * 2 + slack)
+            for rr, impl, start, end in pending:
+                ms = self.backend.elapsed_ms(start, end)
+                if impl == CANDIDATE and ms > limit_ms:
+                    return _CaseOutcome(CaseResult(case=case.id, status=Status.TIMEOUT, params=params,
+                                                   message=f"a timed launch took {ms / 1e3:.3g} s > "
+                                                           f"max_case_seconds={timing.max_case_seconds:g}"))
+                if rr >= timing.warmup:
+                    samples[impl].append(ms)
+            pending.clear()
+            if round_wall is None:
+                round_wall = (time.perf_counter() - t_batch) / max(1, stop - r)
+                per_round = max(round_wall, 1e-6)
+                batch = max(1, min(16, int(float(timing.max_case_seconds) / (4 * per_round))))
+            r = stop
+        # the outputs of the last timed launch on every set must be right, and the inputs intact
+        for s in range(n_sets):
+            problem, _, _ = judge_outputs(out_sets[s], td.refs[s], tols)
+            if problem:
+                return _CaseOutcome(CaseResult(case=case.id, status=Status.WRONG_RESULT, params=params,
+                                               message=f"[timed launches, input set {s}] {problem}"))
+            for n, a in td.sets[s].items():
+                if verify.fingerprint(a) != td.prints[s][n]:
+                    td_key = (job.family, str(job.family_root), case.id)
+                    self._timing.pop(td_key, None)         # the cached inputs are spoiled
+                    return _CaseOutcome(CaseResult(case=case.id, status=Status.WRONG_RESULT, params=params,
+                                                   message=f"[timed launches, input set {s}] input {n} was "
+                                                           f"modified by the kernel"))
+        med, iqr = median_iqr(samples[CANDIDATE])
+        time_us = med * 1e3
+        bytes_moved = int(family.bytes_moved(case))
+        tbps = bytes_moved / (time_us * 1e-6) / 1e12 if time_us > 0 else None
+        base_us = {n: median_iqr(samples[n])[0] * 1e3 for n in names if samples[n] and n not in dropped}
+        notes = [td.baseline_notes[n] if td.baseline_notes[n].startswith("baseline ") else f"baseline {n}: {td.baseline_notes[n]}"
+                 for n in timing.baselines if n in td.baseline_notes]
+        notes += list(dropped.values())
+        return _CaseOutcome(CaseResult(case=case.id, status=Status.OK, params=params, time_us=time_us,
+                                       spread_us=iqr * 1e3, samples=len(samples[CANDIDATE]), tbps=tbps,
+                                       baselines_us=base_us, max_abs_err=max_err, rel_l2_err=rel,
+                                       message="; ".join(notes)))
+
+
+__all__ = ["CupyBackend", "DeviceRunner", "GuardedBuffer", "KernelTimeout", "LaunchInvalid", "STICKY_CUDA_ERRORS",
+           "judge_outputs", "launch_problem", "median_iqr", "resolve_args", "rotation_sets", "worst_status"]

@@ -1,0 +1,202 @@
+"""GPUEvaluator: the real judge. Genomes in, Evaluations out, through the cascade on GPU workers.
+
+    with GPUEvaluator("rmsnorm", load_space("rmsnorm"), baseline="torch") as ev:
+        evaluations = ev.evaluate(genomes)      # batch_size = 4 x the number of GPU workers
+
+Per batch: render and compile every genome in parallel (nvcc, content-addressed cache), reject on
+static checks, verify survivors on the family's check cases (one CHECK job each, spread over the
+workers), then verify and time the survivors on the benchmark matrix (one BENCH job each) beside
+the baselines; see fitness.cascade. A candidate's failure is a value; only a broken machine (no
+toolkit, no worker can start) raises.
+
+Every Evaluation carries: device and toolkit, timestamps, objectives (fitness.objectives), the
+suspect flag, and artifacts: compile_log, resources (ptxas report, JSON), source_hash, flags,
+sass_summary (notable opcodes, JSON), problems, stage_seconds (JSON), gpu_seconds (the sum of its
+jobs' JobResult.seconds), copy_ceiling_tbps, truncated (hopeless cut), check / check_message /
+bench_message, suspect_cases, batch_seconds (stage wall times of the batch). `stats()` sums GPU seconds and verified candidates for a throughput
+figure (verified candidates per GPU-minute).
+
+Baselines: `baselines=None` asks for every baseline the family offers; each worker times those it
+can import and leaves the rest out of CaseResult.baselines_us (a case without the primary
+baseline is left out of the speedups, and a batch with none has no `geomean_speedup`). The
+primary `baseline` is always requested, first.
+
+Time limits (hard, enforced by killing the worker): a CHECK job gets `timeout_s`; a BENCH job
+`bench_case_timeout_s` (default `timeout_s`) per case, never less than `timeout_s`. Worker startup
+gets `startup_timeout_s`. The device runner itself abandons a launch after
+`timing.max_case_seconds`, so these limits only catch a runner that is stuck as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from fitness import objectives as obj
+from fitness.cascade import Settings, run_cascade
+from fitness.evaluator import Evaluator
+from fitness.family import KERNELS_DIR, KernelFamily, load_family
+from fitness.jobs import TimingConfig
+from fitness.records import Evaluation, Status
+from fitness.workers import DEFAULT_RUNNER, WorkerPool, plan_devices
+from genomes import GeneSpace, Genome
+
+WORKER_BATCH = 4      # genomes per worker per batch: compiles run in parallel, GPU jobs queue up
+
+
+def _family_root(family: KernelFamily, family_root: str | Path | None) -> Path:
+    if family_root is not None:
+        return Path(family_root).resolve()
+    module = sys.modules.get(type(family).__module__)
+    path = getattr(module, "__file__", None)
+    return Path(path).resolve().parent.parent if path else KERNELS_DIR
+
+
+def _check_metric(metric: str) -> None:
+    base = metric.split("@", 1)[0]
+    if base not in obj.NAMES:
+        raise ValueError(f"unknown metric {metric!r}; objectives are {list(obj.NAMES)} "
+                         f"(speedups against another baseline: 'geomean_speedup@<baseline>')")
+
+
+class GPUEvaluator(Evaluator):
+    def __init__(self, family: KernelFamily | str, space: GeneSpace, *, matrix: str = "default",
+                 check: bool = True, baseline: str = "torch", baselines: Sequence[str] | None = None,
+                 metric: str = "geomean_speedup", timing: TimingConfig | None = None,
+                 workers: int | None = None, timeout_s: float = 60, startup_timeout_s: float = 120,
+                 cache_dir: str | Path = ".cache/evo-compile", arch: str = "sm_90a",
+                 family_root: str | Path | None = None, seed: int = 0,
+                 hopeless_below: float | None = None, hopeless_cases: int = 2,
+                 bench_case_timeout_s: float | None = None, runner: str = DEFAULT_RUNNER,
+                 compile_jobs: int | None = None, compiler: Any = None, pool: Any = None):
+        if isinstance(family, str):
+            root = Path(family_root).resolve() if family_root is not None else KERNELS_DIR
+            family = load_family(family, root)
+        else:
+            root = _family_root(family, family_root)
+        if family.space_name and space.name != family.space_name:
+            raise ValueError(f"family {family.name!r} uses gene space {family.space_name!r}, not {space.name!r}")
+        _check_metric(metric)
+        self.family = family
+        self.space = space
+        self.metric = metric
+        self.arch = arch
+        self.cache_dir = Path(cache_dir)
+        self.runner = runner
+        self.workers = workers
+        self.timeout_s = float(timeout_s)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.compile_jobs = compile_jobs
+        self._compiler = compiler
+        self._pool = pool
+        self._toolkit: str | None = None
+        self._device = ""
+        self._totals = {"evaluated": 0, "verified": 0, "gpu_seconds": 0.0, "wall_seconds": 0.0}
+
+        offered = [b.name for b in family.baselines()]
+        names = list(offered if baselines is None else baselines)
+        if baseline not in names:
+            names.insert(0, baseline)
+        else:                                       # the primary baseline is timed first
+            names.remove(baseline)
+            names.insert(0, baseline)
+        timing = timing or TimingConfig()
+        timing = replace(timing, baselines=tuple(names))
+
+        bench = tuple(family.benchmark_cases(matrix))
+        if not bench:
+            raise ValueError(f"family {family.name!r} has no benchmark cases in matrix {matrix!r}")
+        self.settings = Settings(
+            family=family, family_name=family.name or root.name, family_root=str(root),
+            bench_cases=bench, check_cases=tuple(family.check_cases()) if check else (),
+            bytes_moved={c.id: int(family.bytes_moved(c)) for c in bench},
+            baseline=baseline, baselines=tuple(names), timing=timing, check=check, seed=seed,
+            timeout_s=self.timeout_s, bench_case_timeout_s=bench_case_timeout_s,
+            hopeless_below=hopeless_below, hopeless_cases=hopeless_cases)
+        n_workers = pool.size if pool is not None else len(plan_devices(workers))
+        self.batch_size = max(1, n_workers) * WORKER_BATCH
+
+    # -- lazily built parts ----------------------------------------------------------------
+    @property
+    def toolkit(self) -> str:
+        if self._toolkit is None:
+            tk = getattr(self._compiler, "toolkit", "") if self._compiler is not None else ""
+            if not tk:
+                try:
+                    from fitness.toolchain import toolkit_version
+                    tk = toolkit_version()
+                except Exception:
+                    tk = ""
+            self._toolkit = f"nvcc {tk}" if tk else ""
+        return self._toolkit
+
+    def compiler(self) -> Any:
+        if self._compiler is None:
+            from fitness.compile import Compiler
+            self._compiler = Compiler(self.cache_dir, arch=self.arch, jobs=self.compile_jobs or os.cpu_count())
+        return self._compiler
+
+    def pool(self) -> Any:
+        """The worker pool, started (and waited for) on first use."""
+        if self._pool is None:
+            self._pool = WorkerPool(self.workers, runner=self.runner, timeout_s=self.timeout_s,
+                                    startup_timeout_s=self.startup_timeout_s)
+            self._pool.start()
+        if not self._device and hasattr(self._pool, "worker_info"):
+            devices = sorted({str(w.get("device", "")) for w in self._pool.worker_info() if w.get("device")})
+            self._device = " | ".join(devices)
+        return self._pool
+
+    # -- the contract ----------------------------------------------------------------------
+    def evaluate(self, genomes: Sequence[Genome]) -> list[Evaluation]:
+        genomes = list(genomes)
+        if not genomes:
+            return []
+        t0 = time.time()
+        compiler = self.compiler()
+        pool = self.pool()
+        settings = replace(self.settings, toolkit=self.toolkit, device=self._device)
+        evaluations = run_cascade(genomes, settings, compiler, pool, space=self.space)
+        self._totals["evaluated"] += len(evaluations)
+        self._totals["verified"] += sum(e.status is Status.OK for e in evaluations)
+        self._totals["gpu_seconds"] += sum(float(e.artifacts.get("gpu_seconds", 0.0)) for e in evaluations)
+        self._totals["wall_seconds"] += time.time() - t0
+        for e in evaluations:
+            if e.device and not self._device:
+                self._device = e.device
+        return evaluations
+
+    def stats(self) -> dict[str, Any]:
+        """Totals so far and the throughput: verified candidates per GPU-minute."""
+        out: dict[str, Any] = dict(self._totals)
+        gpu_min = out["gpu_seconds"] / 60.0
+        out["verified_per_gpu_minute"] = out["verified"] / gpu_min if gpu_min > 0 else None
+        if self._pool is not None and hasattr(self._pool, "stats"):
+            s = self._pool.stats
+            out["pool"] = s() if callable(s) else dict(s)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "device": self._device, "toolkit": self.toolkit, "arch": self.arch,
+            "family": self.settings.family_name, "space": self.space.name,
+            "baseline": self.settings.baseline, "baselines": list(self.settings.baselines),
+            "metric": self.metric, "bench_cases": len(self.settings.bench_cases),
+            "check_cases": len(self.settings.check_cases), "batch_size": self.batch_size,
+            "hopeless_below": self.settings.hopeless_below,
+        }
+        if self._pool is not None and hasattr(self._pool, "worker_info"):
+            info = self._pool.worker_info()
+            out["workers"] = len(info)
+            ceilings = [w["copy_ceiling_tbps"] for w in info if isinstance(w.get("copy_ceiling_tbps"), (int, float))]
+            if ceilings:
+                out["copy_ceiling_tbps"] = min(ceilings)
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()

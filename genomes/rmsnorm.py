@@ -1,0 +1,194 @@
+"""Gene space of the RMSNorm forward family (kernels/rmsnorm/template.cu).
+
+y = x * rsqrt(mean(x^2) + eps) * w over rows of x[M, N]; one read of x, one write of y, the weight
+reused from registers/L1/L2. Every gene below becomes a `#define` at the top of the rendered source
+(kernels/rmsnorm/family.py) and changes the PTX/SASS or the launch geometry; the README in
+kernels/rmsnorm/ says what each does to the machine code.
+
+How a genome maps a case (M, N) to a launch (kernels/rmsnorm/family.py: `geometry`):
+  - a row is cut into `cluster` (or 1) slices on 16-byte boundaries, one per CTA of a cluster;
+  - a CTA slice is read as vectors of `vec_bytes`; a thread of the row takes vectors t, t+TPR, ...;
+    TPR (threads per row, blockDim.x) is the power of two that gives each thread about `chunks`
+    vectors, at most `cta_threads`; the rest of the CTA holds further rows (blockDim.y);
+  - the cluster is used only when one CTA cannot give every thread at most `chunks` vectors
+    (or, for shared-memory staging, cannot hold the row);
+  - `staging=regs` keeps `chunks` vectors per thread in registers and re-reads anything beyond
+    (overflow) from L2, so it handles every N; the smem stagings hold the CTA slice in shared memory
+    and refuse (launch None) a row whose slice does not fit.
+
+Genes and groups: memory (vec_bytes, load_cache, l2_prefetch, store_cache, weight_cache,
+reread_hint), geometry (cta_threads, chunks, cluster, cluster_reduce, persistent, ctas_per_sm),
+pipeline (staging, stages, unroll, weight_regs), compute (rsqrt), compile (min_blocks, maxrreg).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from genomes.constraints import forbid, implies, require
+from genomes.genes import Choice, Flag, IntRange, PowerOfTwo
+from genomes.space import GeneSpace
+
+#: registers per SM on sm_90 (a CTA of T threads at R registers each needs T * R <= this)
+REGISTER_FILE = 65536
+#: ptxas allocates registers in units of 8 per thread
+_REG_GRANULE = 8
+#: registers a thread needs besides the data it holds (addresses, loop state, reduction, policies),
+#: calibrated by compiling the space under tight caps (tests/test_rmsnorm_family.py asserts no
+#: spills): one-shot regs kernels, persistent regs kernels, smem_sync, cp.async/bulk kernels
+BASE_REGISTERS = {"regs": 24, "regs_persistent": 34, "smem_sync": 16, "async": 40}
+
+LOAD_CACHE = ("default", "cg", "cs", "nc", "nc_na", "nc_ef")
+STORE_CACHE = ("wb", "cg", "cs", "na", "ef")
+WEIGHT_CACHE = ("nc", "ca", "nc_el", "l2_el")
+STAGING = ("regs", "smem_sync", "smem_async", "smem_bulk")
+MAXRREG = (0, 40, 48, 56, 64, 80, 96, 128, 168, 255)
+
+
+def register_cap(v: Mapping[str, Any]) -> int:
+    """Registers per thread ptxas may use for this genome."""
+    if v["maxrreg"]:
+        return int(v["maxrreg"])
+    cap = REGISTER_FILE // (v["cta_threads"] * v["min_blocks"])
+    return min(255, cap - cap % _REG_GRANULE)
+
+
+def register_demand(v: Mapping[str, Any]) -> int:
+    """A conservative estimate of the registers a genome's kernels need (worst entry: 16-bit x with
+    fp32 weight, whose weight takes twice the registers of x)."""
+    words = v["chunks"] * v["vec_bytes"] // 4           # 32-bit words of x one thread holds
+    if v["staging"] == "regs":
+        held = words * v["stages"] + (2 * words if v["weight_regs"] else 0)
+        return BASE_REGISTERS["regs_persistent" if v["persistent"] else "regs"] + held
+    if v["staging"] == "smem_sync":
+        return BASE_REGISTERS["smem_sync"] + words
+    return BASE_REGISTERS["async"]
+
+
+SPACE = GeneSpace(
+    name="rmsnorm",
+    doc="RMSNorm forward (x[M,N] bf16/fp16/fp32, weight fp32 or same dtype): kernels/rmsnorm/.",
+    genes=(
+        # -- memory --------------------------------------------------------------------------
+        PowerOfTwo("vec_bytes", low=8, high=32, group="memory",
+                   doc="bytes of x per thread per vector: 8 = ld.v2.u32, 16 = ld.v4.u32 (LDG.E.128), "
+                       "32 = two adjacent ld.v4.u32 (two 16B loads in flight per vector)"),
+        Choice("load_cache", options=LOAD_CACHE, group="memory",
+               doc="x load: default ld.global | cg ld.global.cg | cs ld.global.cs (evict first) | "
+                   "nc ld.global.nc | nc_na ld.global.nc.L1::no_allocate | nc_ef ld.global.nc."
+                   "L1::no_allocate.L2::cache_hint with an L2 evict_first policy (createpolicy). "
+                   "smem_async: default cp.async.ca, cg cp.async.cg, nc_ef cp.async.cg + evict_first "
+                   "hint; smem_bulk: nc_ef adds the hint to cp.async.bulk"),
+        Choice("l2_prefetch", options=("none", "64B", "128B", "256B"), group="memory",
+               doc="L2 sector prefetch qualifier on x loads and cp.async: .L2::64B/.L2::128B/.L2::256B "
+                   "(SASS LDG...LTC128B)"),
+        Choice("store_cache", options=STORE_CACHE, group="memory",
+               doc="y store: wb st.global | cg st.global.cg | cs st.global.cs (STG.E.EF) | na "
+                   "st.global.L1::no_allocate (STG.E.NA) | ef st.global.L2::cache_hint, L2 evict_first"),
+        Choice("weight_cache", options=WEIGHT_CACHE, group="memory",
+               doc="weight load (reused by every row): nc ld.global.nc | ca ld.global.ca | nc_el "
+                   "ld.global.nc.L1::evict_last | l2_el ld.global.nc.L2::cache_hint, L2 evict_last"),
+        Flag("reread_hint", group="memory",
+             doc="regs staging, overflow vectors (rows longer than the registers): first pass loads "
+                 "with an L2 evict_last policy, the re-read with evict_first"),
+        # -- geometry ------------------------------------------------------------------------
+        PowerOfTwo("cta_threads", low=64, high=1024, group="geometry",
+                   doc="threads per CTA (upper bound; __launch_bounds__ first argument)"),
+        IntRange("chunks", low=1, high=8, group="geometry",
+                 doc="vectors per thread: registers held per thread (regs), the batch loaded before "
+                     "use (smem_sync); picks threads per row = pow2 >= vectors/chunks"),
+        PowerOfTwo("cluster", low=1, high=8, group="geometry",
+                   doc="CTAs sharing one long row (thread-block cluster, __cluster_dims__); partial "
+                       "sums of squares exchanged through distributed shared memory. The source has "
+                       "a 1-CTA entry and a cluster entry; long rows use the cluster entry"),
+        Choice("cluster_reduce", options=("st_async", "barrier"), group="geometry",
+               doc="cluster exchange: st_async = st.async.shared::cluster + mbarrier complete_tx "
+                   "(STAS, SYNCS) | barrier = st.shared::cluster + barrier.cluster.arrive.release/"
+                   "wait.acquire (ST.E, UCGABAR)"),
+        Flag("persistent", group="geometry",
+             doc="grid of 132 x ctas_per_sm CTAs looping over row groups vs one CTA per row group"),
+        PowerOfTwo("ctas_per_sm", low=1, high=8, group="geometry",
+                   doc="persistent grid size per SM (launch only)"),
+        # -- pipeline ------------------------------------------------------------------------
+        Choice("staging", options=STAGING, group="pipeline",
+               doc="where the row slice waits for its sum of squares: regs (registers, overflow "
+                   "re-read from L2) | smem_sync (ld.global -> st.shared) | smem_async (cp.async, "
+                   "LDGSTS) | smem_bulk (cp.async.bulk + mbarrier, UBLKCP/SYNCS)"),
+        IntRange("stages", low=1, high=2, group="pipeline",
+                 doc="persistent only: 2 = the next row group's x is loaded (regs) or copied "
+                     "(smem_async/smem_bulk, double buffer) while this one is reduced and written"),
+        IntRange("unroll", low=1, high=4, group="pipeline",
+                 doc="#pragma unroll of the runtime-length loops (overflow, smem passes)"),
+        Flag("weight_regs", group="pipeline",
+             doc="persistent regs staging: the weight of the thread's columns is loaded once into "
+                 "registers and reused for every row"),
+        # -- compute -------------------------------------------------------------------------
+        Choice("rsqrt", options=("approx", "newton", "precise"), group="compute",
+               doc="approx rsqrt.approx.ftz.f32 (MUFU.RSQ) | newton approx + one Newton step | "
+                   "precise sqrt.rn.f32 + rcp.rn.f32"),
+        # -- compile -------------------------------------------------------------------------
+        IntRange("min_blocks", low=1, high=4, group="compile",
+                 doc="__launch_bounds__ second argument (CTAs per SM the register allocation must "
+                     "allow)"),
+        Choice("maxrreg", options=MAXRREG, group="compile",
+               doc="0: __launch_bounds__; else __maxnreg__(n) on the kernels and -maxrregcount=n "
+                   "(ptxas ignores -maxrregcount for kernels with __launch_bounds__)"),
+    ),
+    constraints=(
+        require("cta_fits_sm", ("cta_threads", "min_blocks"),
+                lambda v: v["cta_threads"] * v["min_blocks"] <= 2048,
+                "an SM holds at most 2048 threads: cta_threads * min_blocks <= 2048"),
+        implies("maxrreg_fits_cta", ("maxrreg", "cta_threads"),
+                lambda v: v["maxrreg"] > 0, lambda v: v["maxrreg"] * v["cta_threads"] <= REGISTER_FILE,
+                "a CTA of cta_threads threads at maxrreg registers must fit the 64K register file"),
+        implies("maxrreg_replaces_min_blocks", ("maxrreg", "min_blocks"),
+                lambda v: v["maxrreg"] > 0, lambda v: v["min_blocks"] == 1,
+                "__maxnreg__ and __launch_bounds__(.., min_blocks) cannot both be applied"),
+        implies("stages_need_persistent", ("stages", "persistent", "staging"),
+                lambda v: v["stages"] == 2,
+                lambda v: v["persistent"] and v["staging"] != "smem_sync",
+                "prefetching the next row group needs a persistent loop and an async/regs staging"),
+        implies("weight_regs_need_persistent_regs", ("weight_regs", "persistent", "staging"),
+                lambda v: v["weight_regs"], lambda v: v["persistent"] and v["staging"] == "regs",
+                "weight held in registers pays only across rows of a persistent regs kernel"),
+        implies("ctas_per_sm_only_persistent", ("ctas_per_sm", "persistent"),
+                lambda v: not v["persistent"], lambda v: v["ctas_per_sm"] == 1,
+                "ctas_per_sm sizes the persistent grid; fixed at 1 otherwise (no duplicate genomes)"),
+        implies("cluster_reduce_only_clusters", ("cluster_reduce", "cluster"),
+                lambda v: v["cluster"] == 1, lambda v: v["cluster_reduce"] == "st_async",
+                "the cluster exchange variant only exists with clusters"),
+        implies("cluster_needs_wide_ctas", ("cluster", "cta_threads"),
+                lambda v: v["cluster"] > 1, lambda v: v["cta_threads"] >= 128,
+                "clusters are for long rows: at least 128 threads per CTA"),
+        implies("reread_hint_only_regs", ("reread_hint", "staging"),
+                lambda v: v["reread_hint"], lambda v: v["staging"] == "regs",
+                "only regs staging re-reads overflow vectors"),
+        implies("async_copy_cache_ops", ("staging", "load_cache"),
+                lambda v: v["staging"] in ("smem_async", "smem_bulk"),
+                lambda v: v["load_cache"] in ("default", "cg", "nc_ef"),
+                "cp.async/cp.async.bulk take only .ca/.cg and an L2 cache hint"),
+        forbid("bulk_has_no_cg", ("staging", "load_cache"),
+               lambda v: v["staging"] == "smem_bulk" and v["load_cache"] == "cg",
+               "cp.async.bulk has no .cg variant"),
+        forbid("cp_async_cg_is_16B", ("staging", "load_cache", "vec_bytes"),
+               lambda v: v["staging"] == "smem_async" and v["load_cache"] in ("cg", "nc_ef")
+               and v["vec_bytes"] < 16,
+               "cp.async.cg copies 16 bytes only"),
+        implies("bulk_no_prefetch_qualifier", ("staging", "l2_prefetch"),
+                lambda v: v["staging"] == "smem_bulk", lambda v: v["l2_prefetch"] == "none",
+                "cp.async.bulk has no .L2::<size> prefetch qualifier"),
+        require("registers_fit", ("chunks", "vec_bytes", "staging", "stages", "weight_regs", "unroll",
+                                  "maxrreg", "cta_threads", "min_blocks"),
+                lambda v: register_demand(v) <= register_cap(v),
+                "the data a thread holds must fit its register budget (no spills)"),
+    ),
+)
+
+#: A genome that handles every case of the benchmark matrices (regs staging re-reads what does
+#: not fit; cluster 8 spreads the longest rows), used as the sanity default and in tests.
+DEFAULT = SPACE.make(dict(
+    vec_bytes=16, load_cache="nc_na", l2_prefetch="none", store_cache="wb", weight_cache="nc",
+    reread_hint=False, cta_threads=512, chunks=8, cluster=8, cluster_reduce="st_async",
+    persistent=False, ctas_per_sm=1, staging="regs", stages=1, unroll=2, weight_regs=False,
+    rsqrt="approx", min_blocks=1, maxrreg=0,
+))

@@ -1,0 +1,384 @@
+"""RMSNorm forward: the operation half of the kernel-family contract.
+
+    y[i, :] = x[i, :] * rstd[i] * w,   rstd[i] = 1 / sqrt(mean_j x[i, j]^2 + eps)
+
+x is [M, N] in bf16, fp16 or fp32 (bf16 carried as uint16 bits), w is [N] in fp32 (or in x's
+dtype with weight_dtype="same"), y is [M, N] in x's dtype, rstd (optional) is [M] fp32.
+
+This module defines everything about the *operation* (cases, inputs, float64 reference,
+tolerances, bytes moved, baselines); `kernels/rmsnorm/family.py` subclasses it and adds the
+templates (render/launch). Import it from a family file with
+`import_sibling(__file__, "operation")`.
+
+Kernel convention (every RMSNorm forward template follows it, see `kernel_args`):
+
+    extern "C" __global__ void <name>(const T* x, const W* w, T* y, float* rstd,
+                                      int M, int N, float eps)
+
+T = __nv_bfloat16 | __half | float (x's dtype), W = float (or T with weight_dtype="same"),
+rows contiguous (row stride N), rstd may be NULL (with_rstd=False). M*N can reach 2**31, so
+element offsets must be computed in 64 bits: (size_t)row * N + col.
+
+`make_inputs` and `reference` also accept device (cupy) arrays (`supports_device_arrays`), so the
+judge can make and check the largest cases on the device.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import zlib
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from fitness import dtypes
+from fitness.dtypes import array_module
+from fitness.family import Baseline, BufferSpec, Case, KernelFamily, Tolerance
+
+DTYPES = ("bf16", "fp16", "fp32")
+K = 1024
+QUACK_SHAPES: tuple[tuple[int, int], ...] = tuple((32768, n) for n in (256, 512, K, 2 * K, 4 * K, 8 * K, 16 * K, 32 * K, 64 * K)) \
+    + ((16384, 128 * K), (8192, 256 * K))
+MODEL_WIDTHS = (4096, 5120, 7168, 8192, 14336)
+MODEL_ROWS = (1, 128, 4096)
+MODEL_SHAPES: tuple[tuple[int, int], ...] = tuple((m, n) for n in MODEL_WIDTHS for m in MODEL_ROWS)
+SMOKE_SHAPES: tuple[tuple[int, int], ...] = ((1, 4096), (128, 5120), (199, 1000), (1024, 8192))
+CHECK_ROWS = (1, 7, 199)
+CHECK_WIDTHS = (256, 520, 1000, 4104, 8200)          # multiples of 8, none a power of two but 256
+MATRICES: dict[str, tuple[tuple[int, int], ...]] = {
+    "quack": QUACK_SHAPES,
+    "models": MODEL_SHAPES,
+    "smoke": SMOKE_SHAPES,
+}
+MATRIX_ALIASES = {"default": ("quack",), "all": ("quack", "models")}
+
+TOLERANCES: dict[str, Tolerance] = {
+    "bf16": Tolerance(atol=1e-2, rtol=1.6e-2, rel_l2=1e-2),
+    "fp16": Tolerance(atol=2e-3, rtol=2e-3, rel_l2=2e-3),
+    "fp32": Tolerance(atol=1e-5, rtol=1e-4, rel_l2=1e-5),
+}
+RSTD_TOLERANCE = Tolerance(atol=1e-5, rtol=1e-5, rel_l2=1e-5)
+
+WIDE_LOG10 = (-3.0, 3.0)      # element magnitudes of the "wide" distribution: 1e-3 .. 1e3
+_CHUNK_ELEMS = 1 << 24        # rows are generated/referenced in blocks of about this many elements
+
+
+def _rows_per_chunk(n: int) -> int:
+    return max(1, _CHUNK_ELEMS // max(1, n))
+
+
+class RMSNormOperation(KernelFamily):
+    """RMSNorm forward; options fix the weight dtype, eps, the rstd output and the dtypes."""
+
+    name = "rmsnorm"
+    space_name = "rmsnorm"
+    supports_device_arrays = True     # make_inputs(xp=cupy) and reference(cupy arrays) work
+
+    def __init__(self, *, eps: float = 1e-6, weight_dtype: str = "fp32", with_rstd: bool = False,
+                 dtypes: tuple[str, ...] = DTYPES):
+        if weight_dtype != "same":
+            weight_dtype = _canonical_float(weight_dtype)
+        self.eps = float(eps)
+        self.weight_dtype = weight_dtype
+        self.with_rstd = bool(with_rstd)
+        self.dtypes = tuple(_canonical_float(d) for d in dtypes)
+        if not self.dtypes:
+            raise ValueError("RMSNormOperation needs at least one dtype")
+
+    # -- cases ----------------------------------------------------------------------------
+    def make_case(self, M: int, N: int, dtype: str) -> Case:
+        dtype = _canonical_float(dtype)
+        wdt = dtype if self.weight_dtype == "same" else self.weight_dtype
+        cid = f"{dtype}/{M}x{N}"
+        if wdt != "fp32":
+            cid += f"/w{wdt}"
+        if self.with_rstd:
+            cid += "/rstd"
+        return Case(id=cid, params={"M": int(M), "N": int(N), "dtype": dtype, "weight_dtype": wdt,
+                                    "eps": self.eps, "with_rstd": self.with_rstd})
+
+    def benchmark_cases(self, matrix: str = "default") -> list[Case]:
+        """Named matrices: quack (default), models, smoke, all; "+" joins them and ":bf16,fp16"
+        picks dtypes, e.g. "quack:bf16" or "quack+models:bf16,fp32"."""
+        names, _, dts = str(matrix).partition(":")
+        dtype_list = tuple(_canonical_float(d) for d in dts.split(",") if d.strip()) if dts else self.dtypes
+        shapes: list[tuple[int, int]] = []
+        for part in names.split("+"):
+            part = part.strip().lower()
+            for sub in MATRIX_ALIASES.get(part, (part,)):
+                if sub not in MATRICES:
+                    raise ValueError(f"unknown RMSNorm benchmark matrix {part!r}; known: "
+                                     f"{sorted(MATRICES) + sorted(MATRIX_ALIASES)} (optionally ':bf16,fp16')")
+                shapes.extend(s for s in MATRICES[sub] if s not in shapes)
+        return [self.make_case(m, n, d) for d in dtype_list for (m, n) in shapes]
+
+    def check_cases(self) -> list[Case]:
+        return [self.make_case(m, n, d) for d in self.dtypes for m in CHECK_ROWS for n in CHECK_WIDTHS]
+
+    def io(self, case: Case) -> tuple[dict[str, BufferSpec], dict[str, BufferSpec]]:
+        M, N, dt, wdt = _params(case)
+        inputs = {"x": BufferSpec((M, N), dtypes.numpy_name(dt)), "w": BufferSpec((N,), dtypes.numpy_name(wdt))}
+        outputs = {"y": BufferSpec((M, N), dtypes.numpy_name(dt))}
+        if case.params.get("with_rstd"):
+            outputs["rstd"] = BufferSpec((M,), "float32")
+        return inputs, outputs
+
+    def kernel_args(self, case: Case) -> tuple[Any, ...]:
+        """Launch.args in the RMSNorm kernel convention (None is passed as a NULL pointer)."""
+        M, N, _, _ = _params(case)
+        return ("x", "w", "y", "rstd" if case.params.get("with_rstd") else None,
+                np.int32(M), np.int32(N), np.float32(case.params.get("eps", self.eps)))
+
+    # -- inputs and reference -------------------------------------------------------------
+    def make_inputs(self, case: Case, rng: Any, distribution: str, xp: Any = None) -> dict[str, Any]:
+        """x and w rounded to their dtypes (bf16 as uint16 bits), never zero.
+
+        "normal": x ~ N(0, 1) with |x| >= 1e-3; "wide": |x| = 10**u, rows cycle through mixed
+        (u in [-3, 3]), tiny (u in [-3, -1]) and huge (u in [1, 3]) kinds, random signs.
+        w ~ 1 + 0.1 N(0, 1) in both. `rng` needs standard_normal(size, dtype) and
+        uniform(low, high, size): a numpy Generator, or a cupy RandomState with xp=cupy.
+        """
+        xp = np if xp is None else xp
+        if distribution not in ("normal", "wide"):
+            raise ValueError(f"unknown input distribution {distribution!r}; use 'normal' or 'wide'")
+        M, N, dt, wdt = _params(case)
+        x = xp.empty((M, N), dtype=dtypes.storage_dtype(dt))
+        step = _rows_per_chunk(N)
+        for r0 in range(0, M, step):
+            r1 = min(M, r0 + step)
+            if distribution == "normal":
+                vals = _away_from_zero(xp, xp.asarray(rng.standard_normal((r1 - r0, N), dtype=np.float32)))
+            else:
+                vals = _wide_rows(xp, rng, r0, r1, N)
+            x[r0:r1] = dtypes.quantize(vals, dt)
+        w = 1.0 + 0.1 * xp.asarray(rng.standard_normal(N, dtype=np.float32)).astype(xp.float64)
+        w = dtypes.quantize(_away_from_zero(xp, w), wdt)
+        return {"x": x, "w": w}
+
+    def reference(self, case: Case, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """float64 y (and rstd) from the rounded inputs, on the inputs' device."""
+        M, N, dt, wdt = _params(case)
+        x, w = inputs["x"], inputs["w"]
+        xp = array_module(x)
+        eps = float(case.params.get("eps", self.eps))
+        wf = dtypes.to_float64(w, wdt).reshape(1, N)
+        y = xp.empty((M, N), dtype=xp.float64)
+        rstd = xp.empty((M,), dtype=xp.float64)
+        step = _rows_per_chunk(N)
+        for r0 in range(0, M, step):
+            r1 = min(M, r0 + step)
+            xf = dtypes.to_float64(x[r0:r1], dt)
+            r = 1.0 / xp.sqrt((xf * xf).mean(axis=1) + eps)
+            rstd[r0:r1] = r
+            y[r0:r1] = xf * r[:, None] * wf
+        out = {"y": y}
+        if case.params.get("with_rstd"):
+            out["rstd"] = rstd
+        return out
+
+    def tolerances(self, case: Case) -> dict[str, Tolerance]:
+        tol = {"y": TOLERANCES[case.params["dtype"]]}
+        if case.params.get("with_rstd"):
+            tol["rstd"] = RSTD_TOLERANCE
+        return tol
+
+    def bytes_moved(self, case: Case) -> int:
+        M, N, dt, wdt = _params(case)
+        s = dtypes.itemsize(dt)
+        total = M * N * s + N * dtypes.itemsize(wdt) + M * N * s
+        if case.params.get("with_rstd"):
+            total += 4 * M
+        return total
+
+    def flops(self, case: Case) -> int:
+        M, N, _, _ = _params(case)
+        return 4 * M * N          # square, add, scale by rstd, scale by w
+
+    def timing_seed(self, case: Case) -> int:
+        return zlib.crc32(case.id.encode())
+
+    # -- baselines ------------------------------------------------------------------------
+    def baselines(self) -> list[Baseline]:
+        return [
+            Baseline("torch", lambda: _has("torch"), _prepare_torch),
+            Baseline("torch_compile", lambda: _has("torch") and _has("triton"), _prepare_torch_compile),
+            Baseline("quack", lambda: _has("torch") and _has("quack"), _prepare_quack),
+            Baseline("liger", lambda: _has("torch") and _has("liger_kernel"), _prepare_liger),
+        ]
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _canonical_float(name: str) -> str:
+    c = dtypes.canonical(name)
+    if c not in DTYPES:
+        raise ValueError(f"RMSNorm supports {DTYPES}, not {name!r}")
+    return c
+
+
+def _params(case: Case) -> tuple[int, int, str, str]:
+    p = case.params
+    dt = _canonical_float(p["dtype"])
+    wdt = p.get("weight_dtype", "fp32")
+    wdt = dt if wdt == "same" else _canonical_float(wdt)
+    return int(p["M"]), int(p["N"]), dt, wdt
+
+
+def _away_from_zero(xp: Any, v: Any, floor: float = 1e-3) -> Any:
+    """Magnitudes below `floor` pushed out to +-floor (inputs are never zero)."""
+    small = xp.abs(v) < floor
+    return xp.where(small, xp.where(v < 0, -floor, floor), v).astype(v.dtype, copy=False)
+
+
+def _wide_rows(xp: Any, rng: Any, r0: int, r1: int, n: int) -> Any:
+    lo, hi = WIDE_LOG10
+    rows = r1 - r0
+    u = xp.asarray(rng.uniform(0.0, 1.0, (rows, n))).astype(xp.float64, copy=False)
+    kind = (xp.arange(r0, r1) % 4).reshape(rows, 1)           # 0, 3: mixed; 1: tiny; 2: huge
+    low = xp.where(kind == 1, lo, xp.where(kind == 2, 1.0, lo))
+    high = xp.where(kind == 1, -1.0, xp.where(kind == 2, hi, hi))
+    exponent = low + (high - low) * u
+    sign = xp.where(xp.asarray(rng.uniform(0.0, 1.0, (rows, n))) < 0.5, -1.0, 1.0)
+    return sign * xp.power(10.0, exponent)
+
+
+def _has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# -- baseline adapters (torch and friends are imported only when a baseline is prepared) ------
+class BaselineRun:
+    """A prepared baseline: call it to run once; `as_outputs(result)` maps its result to the
+    family's output names in storage form (bf16 as 16-bit integers) so the judge can check it."""
+
+    def __init__(self, fn: Callable[[], Any], outputs: Callable[[Any], dict[str, Any]]):
+        self._fn = fn
+        self._outputs = outputs
+
+    def __call__(self) -> Any:
+        return self._fn()
+
+    def as_outputs(self, result: Any) -> dict[str, Any]:
+        return self._outputs(result)
+
+
+def _torch():
+    import torch  # noqa: PLC0415 - lazy on purpose: this module must import without torch
+    return torch
+
+
+def _as_torch(arr: Any, dtype_name: str):
+    """A zero-copy torch view of a device array; bf16 bits become a bfloat16 tensor."""
+    torch = _torch()
+    if dtypes.canonical(dtype_name) == "bf16":
+        return _zero_copy(arr.view(np.int16)).view(torch.bfloat16)
+    return _zero_copy(arr)
+
+
+def _zero_copy(arr: Any):
+    torch = _torch()
+    if hasattr(arr, "__dlpack__"):
+        try:
+            return torch.from_dlpack(arr)
+        except Exception:  # noqa: BLE001 - fall back to the CUDA array interface
+            pass
+    return torch.as_tensor(arr)
+
+
+def _storage_view(t: Any, dtype_name: str) -> Any:
+    torch = _torch()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16)
+    return t
+
+
+def _torch_inputs(case: Case, device_inputs: Mapping[str, Any]):
+    torch = _torch()
+    _, _, dt, wdt = _params(case)
+    x = _as_torch(device_inputs["x"], dt)
+    w = _as_torch(device_inputs["w"], wdt)
+    torch.set_grad_enabled(False)
+    if x.is_cuda:
+        torch.cuda.set_device(x.device)
+    return x, w
+
+
+def _y_only(case: Case) -> Callable[[Any], dict[str, Any]]:
+    dt = case.params["dtype"]
+    return lambda result: {"y": _storage_view(result, dt)}
+
+
+def _prepare_torch(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun | None:
+    torch = _torch()
+    F = torch.nn.functional
+    if not hasattr(F, "rms_norm"):
+        return None
+    x, w = _torch_inputs(case, device_inputs)
+    if w.dtype != x.dtype:
+        # eager torch with mixed dtypes promotes y to fp32 (a different, costlier operation);
+        # the usual eager call has the weight in x's dtype, so the weight is cast once here.
+        w = w.to(x.dtype)
+    N, eps = int(case.params["N"]), float(case.params["eps"])
+    return BaselineRun(lambda: F.rms_norm(x, (N,), w, eps), _y_only(case))
+
+
+_COMPILED: dict[str, Any] = {}
+
+
+def _raise_recompile_limits(torch) -> None:
+    """torch.compile recompiles per shape on one code object; the default limit (8) would make
+    later shapes fall back to eager silently."""
+    cfg = torch._dynamo.config
+    for attr in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(cfg, attr):
+            try:
+                setattr(cfg, attr, max(int(getattr(cfg, attr)), 4096))
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _prepare_torch_compile(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun | None:
+    torch = _torch()
+    _raise_recompile_limits(torch)
+    x, w = _torch_inputs(case, device_inputs)
+    fn = _COMPILED.get(case.id)
+    if fn is None:
+        eps = float(case.params["eps"])
+
+        def rmsnorm_ref(x, w):
+            xf = x.float()
+            return (xf * torch.rsqrt(xf.square().mean(dim=-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+        fn = _COMPILED[case.id] = torch.compile(rmsnorm_ref, dynamic=False)
+    return BaselineRun(lambda: fn(x, w), _y_only(case))
+
+
+def _prepare_quack(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun | None:
+    import quack.rmsnorm as qr  # noqa: PLC0415
+    x, w = _torch_inputs(case, device_inputs)
+    eps = float(case.params["eps"])
+    dt = case.params["dtype"]
+    if case.params.get("with_rstd") and hasattr(qr, "rmsnorm_fwd"):
+        def outputs(res):
+            return {"y": _storage_view(res[0], dt), "rstd": res[2]}
+        return BaselineRun(lambda: qr.rmsnorm_fwd(x, w, eps=eps, store_rstd=True), outputs)
+    return BaselineRun(lambda: qr.rmsnorm(x, w, eps=eps), _y_only(case))
+
+
+def _prepare_liger(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun | None:
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction  # noqa: PLC0415
+    x, w = _torch_inputs(case, device_inputs)
+    eps = float(case.params["eps"])
+    return BaselineRun(lambda: LigerRMSNormFunction.apply(x, w, eps), _y_only(case))
+
+
+def bytes_for(M: int, N: int, dtype: str, weight_dtype: str = "fp32", with_rstd: bool = False) -> int:
+    """The bytes model without a Case (for notebooks)."""
+    s = dtypes.itemsize(dtype)
+    return 2 * M * N * s + N * dtypes.itemsize(weight_dtype) + (4 * M if with_rstd else 0)
+
+
+__all__ = ["RMSNormOperation", "BaselineRun", "TOLERANCES", "RSTD_TOLERANCE", "QUACK_SHAPES", "MODEL_SHAPES",
+           "SMOKE_SHAPES", "CHECK_ROWS", "CHECK_WIDTHS", "DTYPES", "bytes_for"]

@@ -1,0 +1,334 @@
+"""The cascade and GPUEvaluator with a fake family, a fake compiler and a fake worker pool.
+
+The fake family's genome says how the candidate behaves (compile error, spills, wrong result,
+crash, hang, unsupported case...) and how fast it is relative to the torch baseline, so every path
+through the stages can be driven without nvcc or a GPU. The real static checks are used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fake_runners
+from fitness import cascade
+from fitness.compile import CompileResult
+from fitness.family import BufferSpec, Case, KernelFamily, Launch, Tolerance
+from fitness.gpu_evaluator import GPUEvaluator
+from fitness.jobs import BENCH, CHECK, Job, JobResult, TimingConfig
+from fitness.ptxas import ResourceReport
+from fitness.records import CaseResult, Status
+from fitness.static_checks import classify, static_problems
+from fitness.workers import WorkerPool
+from genomes import Choice, GeneSpace
+
+BEHAVIOURS = ("ok", "compile_error", "spill", "render_bug", "wrong", "crash", "hang", "narrow", "nocheck")
+SPACE = GeneSpace("fakeop", genes=(Choice("behaviour", options=BEHAVIOURS),
+                                   Choice("speed", options=(0.25, 0.5, 1.0, 2.0, 100.0))))
+TORCH_TBPS = 2.0
+CEILING = 4.0
+
+
+class FakeFamily(KernelFamily):
+    name = "fakeop"
+    space_name = "fakeop"
+
+    def benchmark_cases(self, matrix="default"):
+        return [Case(f"n{n}", {"N": n}) for n in (1024, 8192, 2048, 4096)]
+
+    def check_cases(self):
+        return [Case("n7", {"N": 7}), Case("n199", {"N": 199})]
+
+    def io(self, case):
+        n = case.params["N"]
+        return {"x": BufferSpec((n,), "float32")}, {"y": BufferSpec((n,), "float32")}
+
+    def make_inputs(self, case, rng, distribution):
+        return {"x": rng.standard_normal(case.params["N"]).astype(np.float32)}
+
+    def reference(self, case, inputs):
+        return {"y": inputs["x"].astype(np.float64)}
+
+    def tolerances(self, case):
+        return {"y": Tolerance(1e-5, 1e-4)}
+
+    def bytes_moved(self, case):
+        return case.params["N"] * 1000
+
+    def render(self, genome):
+        if genome["behaviour"] == "render_bug":
+            raise KeyError("template variable missing")
+        return f"// behaviour={genome['behaviour']} speed={genome['speed']}\nextern \"C\" __global__ void k() {{}}\n"
+
+    def launch(self, genome, case):
+        n = case.params["N"]
+        if genome["behaviour"] == "narrow" and n == 1024:
+            return None
+        if genome["behaviour"] == "nocheck" and n < 1000:
+            return None
+        return Launch("k", (n, 1, 1), (128, 1, 1), ("x", "y", np.int32(n)))
+
+
+FAMILY = FakeFamily()
+
+
+class FakeCompiler:
+    toolkit = "13.0.88"
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.batches: list[int] = []
+
+    def compile_many(self, items):
+        self.batches.append(len(items))
+        out = []
+        for source, flags in items:
+            h = hashlib.sha256(source.encode()).hexdigest()
+            if "compile_error" in source:
+                out.append(CompileResult(ok=False, source_hash=h, arch="sm_90a", flags=tuple(flags), cubin_path=None,
+                                         log="kernel.cu(2): error: identifier \"bogus\" is undefined\n1 error"))
+                continue
+            cubin = self.tmp / f"{h}.cubin"
+            cubin.write_bytes(source.encode())
+            spill = 16 if "spill" in source else 0
+            report = ResourceReport(kernel="k", arch="sm_90a", registers=40, spill_store_bytes=spill,
+                                    spill_load_bytes=spill)
+            sass = ("        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;\n"
+                    "        /*0010*/                   STG.E.128 desc[UR4][R6.64], R4 ;\n"
+                    "        /*0020*/                   EXIT ;\n")
+            out.append(CompileResult(ok=True, source_hash=h, arch="sm_90a", flags=tuple(flags),
+                                     cubin_path=str(cubin), log="ptxas info : Used 40 registers",
+                                     resources={"k": report}, sass=sass, seconds=0.01))
+        return out
+
+
+class FakePool:
+    """Runs jobs in-process; the genome (found by key) decides the outcome."""
+
+    size = 2
+
+    def __init__(self, genomes_by_key):
+        self.genomes = genomes_by_key
+        self.jobs: list[Job] = []
+        self.timeouts: list[float] = []
+
+    def run(self, jobs, timeout_s=None):
+        self.jobs.extend(jobs)
+        self.timeouts.extend(timeout_s if isinstance(timeout_s, list) else [timeout_s] * len(jobs))
+        return [self._one(j) for j in jobs]
+
+    def _one(self, job: Job) -> JobResult:
+        g = self.genomes[job.key]
+        b, speed = g["behaviour"], g["speed"]
+        if b == "crash":
+            return JobResult(job.job_id, Status.RUNTIME_ERROR, message="worker 0 died: killed by signal SIGSEGV",
+                             seconds=0.1)
+        if b == "hang":
+            return JobResult(job.job_id, Status.TIMEOUT, message="no result within 60 s", seconds=60.0)
+        cases = []
+        for c in job.cases:
+            if job.launches[c.id] is None:
+                cases.append(CaseResult(c.id, Status.INVALID, message="no launch"))
+                continue
+            if b == "wrong":
+                cases.append(CaseResult(c.id, Status.WRONG_RESULT, max_abs_err=3.0, message="y[5]: 3 vs 0"))
+                continue
+            base_us = FAMILY.bytes_moved(c) / (TORCH_TBPS * 1e6)
+            time_us = None if job.stage == CHECK else base_us / speed
+            cases.append(CaseResult(c.id, Status.OK, time_us=time_us, max_abs_err=1e-7,
+                                    baselines_us={"torch": base_us} if job.stage == BENCH else {}))
+        status = next((c.status for c in cases if c.status is not Status.OK), Status.OK)
+        return JobResult(job.job_id, status, cases=tuple(cases), device="Fake H200", copy_ceiling_tbps=CEILING,
+                         seconds=0.5)
+
+
+def g(behaviour="ok", speed=1.0):
+    return SPACE.make({"behaviour": behaviour, "speed": speed})
+
+
+def settings(**kw):
+    base = dict(family=FAMILY, family_name="fakeop", family_root="/nowhere",
+                bench_cases=tuple(FAMILY.benchmark_cases()), check_cases=tuple(FAMILY.check_cases()),
+                bytes_moved={c.id: FAMILY.bytes_moved(c) for c in FAMILY.benchmark_cases()},
+                baseline="torch", baselines=("torch",), toolkit="nvcc 13.0.88")
+    base.update(kw)
+    return cascade.Settings(**base)
+
+
+def judge(genomes, tmp_path, **kw):
+    pool = FakePool({x.key: x for x in genomes})
+    compiler = FakeCompiler(tmp_path)
+    evs = cascade.run_cascade(genomes, settings(**kw), compiler, pool, static_problems=static_problems,
+                              classify=classify, space=SPACE)
+    assert [e.key for e in evs] == [x.key for x in genomes]
+    return evs, pool, compiler
+
+
+def stages(pool, key):
+    return [j.stage + j.job_id.split(j.stage, 1)[1] for j in pool.jobs if j.key == key]
+
+
+# -- stage 0 ------------------------------------------------------------------------------------
+def test_compile_errors_and_static_problems_stop_at_stage_0(tmp_path):
+    genomes = [g("compile_error"), g("spill"), g("render_bug")]
+    (ce, sp, rb), pool, compiler = judge(genomes, tmp_path)
+    assert pool.jobs == []
+    assert compiler.batches == [2]                          # one parallel batch; the render bug never compiles
+    assert ce.status is Status.COMPILE_ERROR and "identifier \"bogus\" is undefined" in ce.message
+    assert "error" in ce.artifacts["compile_log"] and ce.artifacts["stage"] == "compile"
+    assert sp.status is Status.INVALID and "spills 32 bytes" in sp.message
+    assert "spills" in sp.artifacts["problems"]
+    assert json.loads(sp.artifacts["resources"])["k"]["spill_store_bytes"] == 16
+    assert json.loads(sp.artifacts["sass_summary"])["LDG.128"] == 1
+    assert rb.status is Status.INVALID and "render failed" in rb.message and "KeyError" in rb.artifacts["render_error"]
+    for e in (ce, sp, rb):
+        assert e.fitness("geomean_speedup") is None and e.objectives == {}
+        assert e.artifacts["gpu_seconds"] == "0.0" and e.toolkit == "nvcc 13.0.88"
+
+
+def test_genome_from_another_space_is_invalid(tmp_path):
+    other = GeneSpace("other", genes=(Choice("behaviour", options=("ok",)),)).make({"behaviour": "ok"})
+    pool, compiler = FakePool({}), FakeCompiler(tmp_path)
+    (ev,) = cascade.run_cascade([other], settings(), compiler, pool, static_problems=static_problems,
+                                classify=classify, space=SPACE)
+    assert ev.status is Status.INVALID and "space 'other'" in ev.message and compiler.batches == []
+
+
+# -- stage 1 ------------------------------------------------------------------------------------
+def test_wrong_result_at_check_never_reaches_bench(tmp_path):
+    wrong, ok = g("wrong"), g("ok")
+    (ew, eo), pool, _ = judge([wrong, ok], tmp_path)
+    assert stages(pool, wrong.key) == ["check"]
+    assert stages(pool, ok.key) == ["check", "bench"]
+    assert ew.status is Status.WRONG_RESULT and ew.message.startswith("WRONG_RESULT at check")
+    assert {c.case for c in ew.cases} == {"n7", "n199"} and ew.artifacts["stage"] == "check"
+    assert ew.artifacts["gpu_seconds"] == "0.5"
+    assert eo.status is Status.OK and eo.artifacts["gpu_seconds"] == "1.0"
+
+
+def test_only_survivors_are_benchmarked(tmp_path):
+    genomes = [g("ok", 2.0), g("compile_error"), g("crash"), g("hang"), g("ok", 0.5), g("nocheck")]
+    evs, pool, _ = judge(genomes, tmp_path)
+    bench_keys = {j.key for j in pool.jobs if j.stage == BENCH}
+    assert bench_keys == {genomes[0].key, genomes[4].key}
+    assert [e.status for e in evs] == [Status.OK, Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT,
+                                       Status.OK, Status.INVALID]
+    assert "SIGSEGV" in evs[2].message and evs[3].message.startswith("TIMEOUT at check")
+    assert "none of the check cases" in evs[5].message
+    assert evs[0].device == evs[4].device == "Fake H200"
+    fast, slow = evs[0], evs[4]
+    assert fast.fitness("geomean_speedup") == pytest.approx(2.0)
+    assert slow.fitness("geomean_speedup") == pytest.approx(0.5) and slow.objectives["min_speedup"] == pytest.approx(0.5)
+    assert fast.objectives["mean_tbps"] == pytest.approx(4.0) and fast.objectives["ceiling_fraction"] == pytest.approx(1.0)
+    assert [c.case for c in fast.cases] == ["n1024", "n8192", "n2048", "n4096"]     # matrix order
+    assert fast.message.startswith("OK: 2.000x geomean vs torch") and not fast.suspect
+    assert json.loads(fast.artifacts["stage_seconds"]) == {"check": 0.5, "bench": 0.5, "compile": 0.01,
+                                                           "render": pytest.approx(0, abs=0.1)}
+    # check jobs get timeout_s; bench jobs timeout_s per case (4 cases -> 240 s)
+    assert sorted(set(pool.timeouts)) == [60.0, 240.0]
+
+
+def test_check_can_be_skipped(tmp_path):
+    (ev,), pool, _ = judge([g("ok")], tmp_path, check=False, check_cases=())
+    assert [j.stage for j in pool.jobs] == [BENCH] and ev.status is Status.OK
+
+
+def test_unsupported_bench_case_is_invalid_not_skipped(tmp_path):
+    (ev,), pool, _ = judge([g("narrow")], tmp_path)
+    assert ev.status is Status.INVALID and ev.message.startswith("INVALID at bench")
+    bench = next(j for j in pool.jobs if j.stage == BENCH)
+    assert bench.launches["n1024"] is None and len(bench.cases) == 4
+    assert {c.case: c.status for c in ev.cases}["n1024"] is Status.INVALID
+    assert ev.objectives["cases"] == 3.0 and ev.fitness("geomean_speedup") is None
+
+
+# -- stage 2: hopeless cut and suspects ------------------------------------------------------------
+def test_hopeless_cut_after_largest_cases(tmp_path):
+    slow, fine = g("ok", 0.25), g("ok", 1.0)
+    (es, ef), pool, _ = judge([slow, fine], tmp_path, hopeless_below=0.5)
+    probe = next(j for j in pool.jobs if j.key == slow.key and j.stage == BENCH)
+    assert [c.id for c in probe.cases] == ["n8192", "n4096"]      # largest bytes first
+    assert stages(pool, slow.key) == ["check", "bench-probe"]
+    assert stages(pool, fine.key) == ["check", "bench-probe", "bench-rest"]
+    assert es.status is Status.OK and "hopeless" in es.artifacts["truncated"]
+    assert "2 of 4 cases not run" in es.artifacts["truncated"] and "truncated" in es.message
+    assert es.objectives["cases"] == 2.0 and es.fitness("geomean_speedup") == pytest.approx(0.25)
+    assert ef.objectives["cases"] == 4.0 and "truncated" not in ef.artifacts
+    assert [c.case for c in ef.cases] == ["n1024", "n8192", "n2048", "n4096"]
+    assert ef.artifacts["gpu_seconds"] == "1.5"
+
+
+def test_no_hopeless_cut_by_default(tmp_path):
+    (es,), pool, _ = judge([g("ok", 0.25)], tmp_path)
+    assert stages(pool, es.key) == ["check", "bench"] and es.objectives["cases"] == 4.0
+
+
+def test_suspect_never_gets_fitness(tmp_path):
+    (ev,), _, _ = judge([g("ok", 100.0)], tmp_path)
+    assert ev.status is Status.OK and ev.suspect
+    assert ev.objectives["geomean_speedup"] == pytest.approx(100.0)
+    assert ev.fitness("geomean_speedup") is None
+    assert ev.message.startswith("SUSPECT") and len(json.loads(ev.artifacts["suspect_cases"])) == 4
+
+
+# -- small steps ------------------------------------------------------------------------------------
+def test_probe_split_and_helpers():
+    cases = FAMILY.benchmark_cases()
+    probe, rest = cascade.probe_split(cases, {c.id: FAMILY.bytes_moved(c) for c in cases}, 2)
+    assert [c.id for c in probe] == ["n8192", "n4096"] and [c.id for c in rest] == ["n1024", "n2048"]
+    assert cascade.derive_seed(0, "abc", CHECK) == cascade.derive_seed(0, "abc", CHECK)
+    assert cascade.derive_seed(0, "abc", CHECK) != cascade.derive_seed(0, "abc", BENCH)
+    assert cascade.first_error("warning: x\nkernel.cu(3): error: boom\n") == "kernel.cu(3): error: boom"
+    assert len(cascade.clip("x" * 50_000)) < 21_000
+    s = settings(timeout_s=10.0)
+    job = Job("j", "k", BENCH, "f", "/r", b"", tuple(cases), {})
+    assert s.job_timeout(job) == 40.0 and settings(bench_case_timeout_s=1.0).job_timeout(job) == 60.0
+    assert s.job_timeout(Job("j", "k", CHECK, "f", "/r", b"", (), {})) == 10.0
+
+
+def test_merge_cases_fills_missing_case():
+    cases = tuple(FAMILY.check_cases())
+    job = Job("j", "k", CHECK, "f", "/r", b"", cases, {c.id: None for c in cases})
+    result = JobResult("j", Status.OK, cases=(CaseResult("n7"),))
+    merged = cascade.merge_cases(job, result, [])
+    assert [c.case for c in merged] == ["n7", "n199"] and merged[1].status is Status.RUNTIME_ERROR
+    assert cascade.job_status(result, merged) is Status.RUNTIME_ERROR
+
+
+# -- GPUEvaluator ------------------------------------------------------------------------------------
+def test_gpu_evaluator_with_fakes(tmp_path):
+    genomes = [g("ok", 2.0), g("wrong"), g("compile_error")]
+    pool = FakePool({x.key: x for x in genomes})
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=FakeCompiler(tmp_path), pool=pool,
+                      baselines=(), timing=TimingConfig(reps=7))
+    assert ev.batch_size == 8
+    out = ev.evaluate(genomes)
+    assert [e.status for e in out] == [Status.OK, Status.WRONG_RESULT, Status.COMPILE_ERROR]
+    assert out[0].toolkit == "nvcc 13.0.88" and out[0].device == "Fake H200"
+    job = pool.jobs[0]
+    assert job.family == "fakeop" and job.family_root == str(tmp_path.resolve())
+    assert job.timing.reps == 7 and job.timing.baselines == ("torch",)
+    stats = ev.stats()
+    assert stats["verified"] == 1 and stats["gpu_seconds"] == pytest.approx(1.5)
+    assert stats["verified_per_gpu_minute"] == pytest.approx(40.0)
+    assert ev.describe()["toolkit"] == "nvcc 13.0.88"
+    with pytest.raises(ValueError, match="unknown metric"):
+        GPUEvaluator(FAMILY, SPACE, metric="fastest", compiler=FakeCompiler(tmp_path), pool=pool)
+    with pytest.raises(ValueError, match="gene space"):
+        GPUEvaluator(FAMILY, GeneSpace("other", genes=SPACE.genes), pool=pool)
+
+
+def test_gpu_evaluator_jobs_cross_the_process_boundary(tmp_path):
+    genomes = [g("ok"), g("narrow")]
+    with WorkerPool(1, runner=f"{fake_runners.__name__}:EchoRunner", devices=["0"]) as pool:
+        ev = GPUEvaluator(FAMILY, SPACE, compiler=FakeCompiler(tmp_path), pool=pool)
+        ok, narrow = ev.evaluate(genomes)
+        assert ok.status is Status.OK and ok.objectives["geomean_speedup"] == pytest.approx(2.0)
+        assert ok.device.startswith("fake GPU 0") and ok.artifacts["gpu_seconds"] == "0.5"
+        assert narrow.status is Status.INVALID
+        assert ev.describe()["copy_ceiling_tbps"] == 4.0
+        assert pool.stats["jobs"] == 4 and pool.stats["restarts"] == 0

@@ -1,0 +1,466 @@
+"""fitness.device.DeviceRunner driven on the CPU: a numpy backend whose "kernels" are Python.
+
+Everything but the CUDA calls is the real runner: guard zones, poisoning, the two-call check on
+the same buffers, the timing loop with baselines and L2 flushes, the re-check of timed outputs,
+error classification. Each fake kernel below plays one way of cheating or failing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from fitness import device as dev
+from fitness import dtypes
+from fitness.family import KERNELS_DIR, Baseline, Launch, import_sibling
+from fitness.jobs import BENCH, CHECK, Job, TimingConfig
+from fitness.records import Status
+
+op = import_sibling(str(KERNELS_DIR / "rmsnorm" / "family.py"), "operation")
+
+
+# -- a fake GPU ------------------------------------------------------------------------------------
+class FakeCudaError(RuntimeError):
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__(f"fake CUDA error {status}")
+
+
+class FakeEvent:
+    def __init__(self, t: float):
+        self.t = t
+
+
+class FakeBackend:
+    xp = np
+    has_device_rng = True
+    max_threads = 1024
+    max_smem_optin = 227 * 1024
+
+    def __init__(self, kernels, l2_bytes: int = 1 << 20):
+        self.kernels = kernels
+        self.l2_bytes = l2_bytes
+        self.total_mem = 1 << 32
+        self.hung = False
+        self.pending: int | None = None
+        self.dead = False
+        self.flushes = 0
+        self.launches = 0
+        self.freed = 0
+
+    def describe(self):
+        return "fake GPU (numpy)"
+
+    def load(self, cubin):
+        name = cubin.decode()
+        if name == "corrupt":
+            raise FakeCudaError(200)
+        return {"rmsnorm_fwd": self.kernels[name]}
+
+    def get_kernel(self, module, name):
+        if name not in module:
+            raise FakeCudaError(500)
+        return module[name]
+
+    def prepare_kernel(self, kernel, launch):
+        pass
+
+    def launch(self, kernel, launch, args):
+        self.launches += 1
+        kernel(self, launch, args)
+
+    def record(self):
+        return FakeEvent(time.perf_counter())
+
+    def elapsed_ms(self, a, b):
+        return (b.t - a.t) * 1e3
+
+    def wait(self, event, timeout_s):
+        if self.pending is not None:
+            status, self.pending = self.pending, None
+            if status in dev.STICKY_CUDA_ERRORS:
+                self.dead = True
+            raise FakeCudaError(status)
+        if self.hung:
+            raise dev.KernelTimeout(f"not finished after {timeout_s:g} s")
+
+    def synchronize(self, timeout_s):
+        self.wait(self.record(), timeout_s)
+
+    def flush_l2(self):
+        self.flushes += 1
+
+    def upload(self, dst, src):
+        np.copyto(dst, src)
+
+    def device_rng(self, seed):
+        return np.random.default_rng(seed)
+
+    def free_all(self):
+        self.freed += 1
+
+    def copy_ceiling_tbps(self):
+        return 4.0
+
+    def cuda_status(self, exc):
+        return exc.status if isinstance(exc, FakeCudaError) else None
+
+    def context_alive(self):
+        return not self.dead
+
+
+# -- fake kernels (same convention as the real ones) ---------------------------------------------------
+def _dtype_of(x) -> str:
+    return {np.dtype(np.uint16): "bf16", np.dtype(np.float16): "fp16", np.dtype(np.float32): "fp32"}[x.dtype]
+
+
+def _compute(x, w, n_cols=None):
+    dt = _dtype_of(x)
+    xf = dtypes.to_float64(x, dt).astype(np.float32)
+    wf = w.astype(np.float32) if w.dtype != np.uint16 else dtypes.to_float64(w, "bf16").astype(np.float32)
+    r = 1.0 / np.sqrt((xf * xf).mean(axis=1) + np.float32(1e-6))
+    y = xf * r[:, None] * wf[None, :]
+    return dtypes.quantize(y.astype(np.float32), dt), r.astype(np.float32)
+
+
+def k_good(be, launch, args):
+    x, w, y, rstd = args[:4]
+    out, r = _compute(x, w)
+    y[...] = out
+    if rstd is not None:
+        rstd[...] = r
+
+
+def k_partial(be, launch, args):
+    x, w, y, rstd = args[:4]
+    out, r = _compute(x, w)
+    y[:, :-1] = out[:, :-1]
+
+
+def k_constant(be, launch, args):
+    y = args[2]
+    y[...] = dtypes.quantize(np.ones(y.shape, dtype=np.float32), _dtype_of(y))
+
+
+def k_no_work(be, launch, args):
+    pass
+
+
+def k_modify_input(be, launch, args):
+    k_good(be, launch, args)
+    x = args[0]
+    x.reshape(-1).view(dtypes.bits_dtype(_dtype_of(x)))[0] ^= 1
+
+
+def k_oob(be, launch, args):
+    k_good(be, launch, args)
+    y = args[2]
+    flat = y.reshape(-1)
+    ext = np.lib.stride_tricks.as_strided(flat, shape=(flat.size + 4,), strides=flat.strides)
+    ext[-4:] = ext[0]
+
+
+_CACHE: dict[int, np.ndarray] = {}
+
+
+def k_cache_by_pointer(be, launch, args):
+    x, y = args[0], args[2]
+    key = x.__array_interface__["data"][0]
+    if key in _CACHE and _CACHE[key].shape == y.shape:
+        y[...] = _CACHE[key]
+        return
+    k_good(be, launch, args)
+    _CACHE[key] = y.copy()
+
+
+def k_hang(be, launch, args):
+    be.hung = True
+
+
+def k_fault(be, launch, args):
+    be.pending = 700
+
+
+def k_launch_error(be, launch, args):
+    raise FakeCudaError(1)          # invalid value at launch: not sticky
+
+
+class CountingKernel:
+    """Honest for the first `honest` calls, then `after` (cheats only once timing has begun)."""
+
+    def __init__(self, honest: int, after):
+        self.honest, self.after, self.calls = honest, after, 0
+
+    def __call__(self, be, launch, args):
+        self.calls += 1
+        (k_good if self.calls <= self.honest else self.after)(be, launch, args)
+
+
+# -- a family with a numpy baseline -------------------------------------------------------------------
+class Family(op.RMSNormOperation):
+    name = "fake_rmsnorm"
+    space_name = "fake_rmsnorm"
+
+    def render(self, genome):
+        return ""
+
+    def launch(self, genome, case):
+        return None
+
+    def baselines(self):
+        def prepare(case, device_inputs):
+            if case.params["N"] == 520:
+                return None                        # "unsupported" for one width
+            x, w = device_inputs["x"], device_inputs["w"]
+            return op.BaselineRun(lambda: _compute(x, w)[0], lambda res: {"y": res})
+
+        def prepare_wrong(case, device_inputs):
+            x, w = device_inputs["x"], device_inputs["w"]
+            return op.BaselineRun(lambda: _compute(x, w * 2)[0], lambda res: {"y": res})
+
+        def prepare_broken(case, device_inputs):
+            def run():
+                raise RuntimeError("shared memory exhausted")
+            return run
+
+        def prepare_flaky(case, device_inputs):
+            calls = []
+
+            def run():
+                calls.append(1)
+                if len(calls) > 2:
+                    raise RuntimeError("flaky baseline")
+                return _compute(device_inputs["x"], device_inputs["w"])[0]
+            return run
+
+        return [Baseline("numpy", lambda: True, prepare), Baseline("wrong", lambda: True, prepare_wrong),
+                Baseline("flaky", lambda: True, prepare_flaky),
+                Baseline("broken", lambda: True, prepare_broken), Baseline("absent", lambda: False, prepare)]
+
+
+FAMILY = Family(dtypes=("bf16", "fp32"), with_rstd=True)
+
+
+def launch_for(case) -> Launch:
+    return Launch(kernel="rmsnorm_fwd", grid=(case.params["M"], 1, 1), block=(256, 1, 1),
+                  args=FAMILY.kernel_args(case))
+
+
+def runner(kernels, **kw) -> dev.DeviceRunner:
+    backend = FakeBackend(kernels, l2_bytes=kw.pop("l2_bytes", 1 << 20))
+    r = dev.DeviceRunner(0, backend=backend, **kw)
+    r._families[("fake_rmsnorm", "fake_root")] = FAMILY
+    return r
+
+
+def job(kernel: str, stage: str = CHECK, cases=None, **timing) -> Job:
+    cases = cases if cases is not None else [FAMILY.make_case(7, 520, "bf16"), FAMILY.make_case(1, 256, "fp32")]
+    t = TimingConfig(reps=timing.pop("reps", 6), warmup=timing.pop("warmup", 2),
+                     baselines=timing.pop("baselines", ("numpy",)), **timing)
+    return Job(job_id=f"{kernel}-{stage}", key=kernel, stage=stage, family="fake_rmsnorm", family_root="fake_root",
+               cubin=kernel.encode(), cases=tuple(cases), launches={c.id: launch_for(c) for c in cases},
+               seed=11, timing=t)
+
+
+KERNELS = {"good": k_good, "partial": k_partial, "constant": k_constant, "no_work": k_no_work,
+           "modify_input": k_modify_input, "oob": k_oob, "cache_by_pointer": k_cache_by_pointer, "hang": k_hang,
+           "fault": k_fault, "launch_error": k_launch_error}
+
+
+# -- pure helpers ---------------------------------------------------------------------------------------
+def test_rotation_sets():
+    l2 = 60 << 20
+    assert dev.rotation_sets(l2 * 2, l2) == 1
+    assert dev.rotation_sets(l2 // 2, l2) == 6
+    assert dev.rotation_sets(1 << 20, l2) == 8
+    assert dev.rotation_sets(1 << 20, l2, enabled=False) == 1
+
+
+def test_median_iqr_and_worst_status():
+    assert dev.median_iqr([1, 2, 3, 4, 100]) == (3.0, 2.0)
+    assert dev.worst_status([Status.OK, Status.INVALID, Status.WRONG_RESULT]) is Status.WRONG_RESULT
+    assert dev.worst_status([Status.OK, Status.TIMEOUT, Status.RUNTIME_ERROR]) is Status.TIMEOUT
+    assert dev.worst_status([]) is Status.OK
+
+
+def test_launch_problems():
+    ok = Launch("k", (8, 1, 1), (256, 1, 1), ())
+    assert dev.launch_problem(ok) is None
+    assert "threads" in dev.launch_problem(Launch("k", (8, 1, 1), (1024, 2, 1), ()))
+    assert "divisible" in dev.launch_problem(Launch("k", (6, 1, 1), (128, 1, 1), (), cluster=(4, 1, 1)))
+    assert "shared memory" in dev.launch_problem(Launch("k", (8, 1, 1), (128, 1, 1), (), shared_bytes=300 * 1024))
+    assert "positive" in dev.launch_problem(Launch("k", (0, 1, 1), (128, 1, 1), ()))
+
+
+def test_resolve_args():
+    bufs = {"x": np.zeros(2), "y": np.zeros(2)}
+    got = dev.resolve_args(Launch("k", (1, 1, 1), (1, 1, 1), ("x", None, np.int32(3), "y")), bufs)
+    assert got[0] is bufs["x"] and got[1] is None and got[2] == 3 and got[3] is bufs["y"]
+    with pytest.raises(dev.LaunchInvalid, match="names buffer 'z'"):
+        dev.resolve_args(Launch("k", (1, 1, 1), (1, 1, 1), ("z",)), bufs)
+    with pytest.raises(dev.LaunchInvalid, match="numpy scalar"):
+        dev.resolve_args(Launch("k", (1, 1, 1), (1, 1, 1), (3,)), bufs)
+
+
+def test_guarded_buffer_layout():
+    from fitness.family import BufferSpec
+    g = dev.GuardedBuffer(np, BufferSpec((3, 4), "float32"), guard_bytes=256)
+    assert g.guard == 64 and g.data.shape == (3, 4) and g.data.dtype == np.float32
+    g.poison()
+    assert dtypes.is_poison(g.full.view(np.float32), "fp32").all() and g.check_guards("y")
+    g.data[...] = 1.0
+    assert g.check_guards("y") and not dtypes.is_poison(g.data, "fp32").any()
+    g.full[g.guard - 1] = 0
+    v = g.check_guards("y")
+    assert not v and "before the start of y" in v.message
+    g.poison_data()
+    assert not g.check_guards("y")                 # guard evidence survives poison_data
+
+
+# -- CHECK stage ------------------------------------------------------------------------------------------
+def test_good_kernel_passes_check():
+    r = runner(KERNELS)
+    res = r.run(job("good"))
+    assert res.status is Status.OK, res.message
+    assert [c.case for c in res.cases] == ["bf16/7x520/rstd", "fp32/1x256/rstd"]
+    assert all(c.status is Status.OK and c.max_abs_err is not None and c.time_us is None for c in res.cases)
+    assert res.device == "fake GPU (numpy)" and res.copy_ceiling_tbps == 4.0 and not res.context_lost
+    assert r.backend.launches == 8                 # 2 cases x 2 distributions x 2 calls
+    assert r.backend.freed >= 2                    # after the copy measurement and after the job
+
+
+@pytest.mark.parametrize("kernel, words", [
+    ("partial", ["not written", "y[0, 519]"]),
+    ("no_work", ["not written"]),
+    ("constant", ["but the reference is"]),
+    ("modify_input", ["input x[0, 0] was modified"]),
+    ("oob", ["out-of-bounds write", "past the end of y"]),
+    ("cache_by_pointer", ["call 2", "same buffers"]),
+])
+def test_cheats_are_wrong_results(kernel, words):
+    _CACHE.clear()
+    res = runner(KERNELS).run(job(kernel))
+    assert res.status is Status.WRONG_RESULT, res.message
+    assert len(res.cases) == 1 and "stopped after the first failing case" in res.message
+    for w in words:
+        assert w in res.cases[0].message, res.cases[0].message
+    assert not res.context_lost
+
+
+def test_hang_is_timeout_and_loses_the_context():
+    res = runner(KERNELS).run(job("hang", max_case_seconds=0.5))
+    assert res.status is Status.TIMEOUT and res.context_lost
+    assert "max_case_seconds=0.5" in res.cases[0].message
+
+
+def test_fault_is_runtime_error_and_loses_the_context():
+    r = runner(KERNELS)
+    freed = r.backend.freed
+    res = r.run(job("fault"))
+    assert res.status is Status.RUNTIME_ERROR and res.context_lost and "700" in res.cases[0].message
+    assert r.backend.freed == freed                 # nothing touched on a dead context
+
+
+def test_plain_launch_error_keeps_the_context():
+    res = runner(KERNELS).run(job("launch_error"))
+    assert res.status is Status.RUNTIME_ERROR and not res.context_lost
+
+
+def test_corrupt_cubin_and_missing_kernel():
+    res = runner(KERNELS).run(job("corrupt"))
+    assert res.status is Status.RUNTIME_ERROR and "did not load" in res.message
+    j = job("good")
+    j = Job(**{**j.__dict__, "launches": {cid: Launch("other", l.grid, l.block, l.args) for cid, l in j.launches.items()}})
+    res = runner(KERNELS).run(j)
+    assert res.status is Status.INVALID and "'other' is not in the cubin" in res.cases[0].message
+
+
+def test_unsupported_case_and_bad_launch_are_invalid():
+    j = job("good")
+    cases = j.cases
+    launches = {cases[0].id: None, cases[1].id: Launch("rmsnorm_fwd", (1, 1, 1), (2048, 1, 1), FAMILY.kernel_args(cases[1]))}
+    res = runner(KERNELS).run(Job(**{**j.__dict__, "launches": launches}))
+    assert res.status is Status.INVALID
+    assert "launch() returned None" in res.cases[0].message and "threads" in res.cases[1].message
+
+
+def test_family_bug_is_an_internal_error():
+    def k_bad_args(be, launch, args):
+        raise TypeError("bug in the fake")
+    res = runner({"bad": k_bad_args}).run(job("bad"))
+    assert res.status is Status.RUNTIME_ERROR and res.extra.get("internal_error")
+    assert "judge error" in res.cases[0].message
+
+
+# -- BENCH stage -----------------------------------------------------------------------------------------
+def test_bench_times_candidate_and_baselines():
+    r = runner(KERNELS, l2_bytes=1 << 22)
+    res = r.run(job("good", BENCH, baselines=("numpy", "wrong", "broken", "absent", "nope")))
+    assert res.status is Status.OK, res.message
+    c520, c256 = res.cases
+    for c in res.cases:
+        assert c.time_us > 0 and c.samples == 6 and c.spread_us is not None and c.tbps > 0
+        assert c.tbps == pytest.approx(FAMILY.bytes_moved(FAMILY.make_case(c.params["M"], c.params["N"], c.params["dtype"]))
+                                       / (c.time_us * 1e-6) / 1e12)
+        assert "wrong" in c.baselines_us
+        assert "broken" not in c.baselines_us and "absent" not in c.baselines_us
+        assert "baseline wrong: disagrees with the reference" in c.message
+        assert "shared memory exhausted" in c.message and "not importable" in c.message
+        assert "not offered" in c.message
+    assert "numpy" not in c520.baselines_us and "does not support" in c520.message
+    assert "numpy" in c256.baselines_us
+    # flushes: one per timed launch (candidate + 1 or 2 baselines) per round, plus none elsewhere
+    rounds = 2 + 6
+    assert r.backend.flushes == rounds * 2 + rounds * 3
+    # several input sets when they fit in L2
+    assert len(next(iter(r._timing.values())).sets) > 1
+
+
+def test_a_baseline_failing_while_timed_is_dropped_not_blamed_on_the_candidate():
+    res = runner(KERNELS, l2_bytes=1).run(job("good", BENCH, baselines=("flaky", "numpy")))
+    assert res.status is Status.OK, res.message
+    c = res.cases[1]
+    assert "flaky" not in c.baselines_us and "numpy" in c.baselines_us
+    assert "baseline flaky: failed while timed" in c.message
+
+
+def test_bench_timing_data_is_cached_across_jobs():
+    r = runner(KERNELS)
+    r.run(job("good", BENCH))
+    first = {k: id(v) for k, v in r._timing.items()}
+    r.run(job("good", BENCH))
+    assert {k: id(v) for k, v in r._timing.items()} == first
+
+
+def test_bench_catches_a_kernel_that_stops_working_while_timed():
+    # honest through verification (4 calls per case), lazy afterwards
+    r = runner({"lazy": CountingKernel(4, k_no_work)}, l2_bytes=1 << 22)
+    res = r.run(job("lazy", BENCH, cases=[FAMILY.make_case(7, 520, "bf16")]))
+    assert res.status is Status.WRONG_RESULT
+    assert "[timed launches, input set" in res.cases[0].message and "not written" in res.cases[0].message
+
+
+def test_bench_catches_input_modified_while_timed():
+    r = runner({"sneaky": CountingKernel(4, k_modify_input)})
+    res = r.run(job("sneaky", BENCH, cases=[FAMILY.make_case(7, 520, "bf16")]))
+    assert res.status is Status.WRONG_RESULT and "[timed launches" in res.cases[0].message
+    assert not r._timing                           # spoiled inputs are dropped from the cache
+
+
+def test_bench_slow_launch_is_timeout():
+    def k_slow(be, launch, args):
+        k_good(be, launch, args)
+        time.sleep(0.02)
+    res = runner({"slow": k_slow}).run(job("slow", BENCH, max_case_seconds=0.01, reps=2, warmup=0,
+                                                baselines=()))
+    assert res.status is Status.TIMEOUT and "max_case_seconds" in res.cases[0].message
+
+
+def test_large_cases_use_the_device_path():
+    r = runner(KERNELS, host_limit_elems=100)      # every case is "large": inputs made with xp=backend
+    res = r.run(job("good"))
+    assert res.status is Status.OK, res.message
+    res = r.run(job("partial"))
+    assert res.status is Status.WRONG_RESULT

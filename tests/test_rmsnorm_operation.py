@@ -1,0 +1,306 @@
+"""kernels/rmsnorm/operation.py: cases, inputs, reference, tolerances, bytes; the cheat kernels compile."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitness import dtypes, verify
+from fitness.family import KERNELS_DIR, Launch, import_sibling, load_family
+
+op = import_sibling(str(KERNELS_DIR / "rmsnorm" / "family.py"), "operation")
+CHEATS = Path(__file__).resolve().parent / "cheats"
+
+
+class Family(op.RMSNormOperation):
+    """The operation with trivial kernels, to exercise the operation half alone."""
+
+    def render(self, genome):
+        return ""
+
+    def launch(self, genome, case):
+        return None
+
+
+def fam(**kw) -> Family:
+    return Family(**kw)
+
+
+def _simple_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        ms = sum(float(v) * float(v) for v in x[i]) / x.shape[1]
+        out[i] = x[i] / np.sqrt(ms + eps) * w
+    return out
+
+
+def _fp32_kernel(case, inputs) -> dict[str, np.ndarray]:
+    """What a careful fp32-accumulating kernel computes, rounded to the output dtype."""
+    dt, wdt = case.params["dtype"], case.params["weight_dtype"]
+    x = dtypes.to_float64(inputs["x"], dt).astype(np.float32)
+    w = dtypes.to_float64(inputs["w"], wdt).astype(np.float32)
+    ss = np.add.reduce(x * x, axis=1, dtype=np.float32)
+    r = (np.float32(1) / np.sqrt(ss / np.float32(x.shape[1]) + np.float32(case.params["eps"]))).astype(np.float32)
+    y = (x * r[:, None] * w[None, :]).astype(np.float32)
+    return {"y": dtypes.quantize(y, dt), "rstd": r}
+
+
+# -- cases --------------------------------------------------------------------------------------
+def test_quack_matrix():
+    cases = fam().benchmark_cases("quack")
+    assert len(cases) == 11 * 3
+    ids = [c.id for c in cases]
+    assert len(set(ids)) == len(ids)
+    assert "bf16/32768x256" in ids and "fp32/8192x262144" in ids and "fp16/16384x131072" in ids
+    shapes = {(c.params["M"], c.params["N"]) for c in cases}
+    assert shapes == {(32768, 2 ** k) for k in range(8, 17)} | {(16384, 131072), (8192, 262144)}
+    assert all(c.params["weight_dtype"] == "fp32" and c.params["eps"] == 1e-6 for c in cases)
+    assert [c.id for c in fam().benchmark_cases("default")] == ids
+
+
+def test_matrix_dtype_selection_and_joins():
+    bf = fam().benchmark_cases("quack:bf16")
+    assert len(bf) == 11 and all(c.params["dtype"] == "bf16" for c in bf)
+    assert bf[0].id == "bf16/32768x256"
+    two = fam().benchmark_cases("models:bf16,fp32")
+    assert len(two) == 15 * 2
+    assert {(c.params["M"], c.params["N"]) for c in two} == {(m, n) for n in (4096, 5120, 7168, 8192, 14336)
+                                                             for m in (1, 128, 4096)}
+    both = fam().benchmark_cases("quack+models:bf16")
+    assert len(both) == 11 + 15
+    assert len(fam().benchmark_cases("all:fp16")) == 26
+    smoke = fam().benchmark_cases("smoke")
+    assert 0 < len(smoke) <= 15 and all(c.params["M"] * c.params["N"] <= 1 << 24 for c in smoke)
+    with pytest.raises(ValueError, match="unknown RMSNorm benchmark matrix"):
+        fam().benchmark_cases("nope")
+    with pytest.raises(ValueError):
+        fam().benchmark_cases("quack:int8")
+
+
+def test_case_ids_carry_options():
+    assert fam(with_rstd=True).benchmark_cases("smoke:bf16")[0].id.endswith("/rstd")
+    c = fam(weight_dtype="same").make_case(7, 520, "fp16")
+    assert c.id == "fp16/7x520/wfp16" and c.params["weight_dtype"] == "fp16"
+    assert fam(dtypes=("bf16",)).benchmark_cases("smoke")[0].params["dtype"] == "bf16"
+
+
+def test_check_cases_are_awkward():
+    cases = fam().check_cases()
+    assert {c.params["M"] for c in cases} == {1, 7, 199}
+    ns = {c.params["N"] for c in cases}
+    assert any(n & (n - 1) for n in ns)                        # not powers of two
+    assert {1000, 4104, 520, 256, 8200} <= ns
+    assert all(n % 8 == 0 for n in ns)
+    assert {c.params["dtype"] for c in cases} == {"bf16", "fp16", "fp32"}
+    for d in ("bf16", "fp16", "fp32"):
+        mine = [c for c in cases if c.params["dtype"] == d]
+        assert {c.params["M"] for c in mine} == {1, 7, 199}
+    assert len({c.id for c in cases}) == len(cases)
+
+
+def test_io_and_kernel_args():
+    f = fam(with_rstd=True)
+    c = f.make_case(7, 520, "bf16")
+    ins, outs = f.io(c)
+    assert ins["x"].shape == (7, 520) and ins["x"].dtype == "bfloat16"
+    assert ins["w"].shape == (520,) and ins["w"].dtype == "float32"
+    assert outs["y"].shape == (7, 520) and outs["y"].dtype == "bfloat16"
+    assert outs["rstd"].shape == (7,) and outs["rstd"].dtype == "float32"
+    args = f.kernel_args(c)
+    assert args[:4] == ("x", "w", "y", "rstd")
+    assert args[4] == np.int32(7) and isinstance(args[4], np.int32) and isinstance(args[6], np.float32)
+    c2 = fam().make_case(7, 520, "fp32")
+    assert fam().kernel_args(c2)[3] is None and "rstd" not in fam().io(c2)[1]
+
+
+# -- inputs ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("dist", ["normal", "wide"])
+def test_inputs_are_rounded_never_zero_and_deterministic(dt, dist):
+    f = fam()
+    case = f.make_case(199, 1000, dt)
+    a = f.make_inputs(case, np.random.default_rng(5), dist)
+    b = f.make_inputs(case, np.random.default_rng(5), dist)
+    c = f.make_inputs(case, np.random.default_rng(6), dist)
+    ins, _ = f.io(case)
+    for name, spec in ins.items():
+        assert a[name].shape == spec.shape and a[name].dtype == dtypes.storage_dtype(spec.dtype)
+        assert np.array_equal(a[name], b[name])
+    assert not np.array_equal(a["x"], c["x"])
+    x = dtypes.to_float64(a["x"], dt)
+    w = dtypes.to_float64(a["w"], "fp32")
+    assert np.isfinite(x).all() and (x != 0).all() and (w != 0).all()
+    assert np.array_equal(dtypes.quantize(x, dt), a["x"])          # already exactly representable
+    assert abs(w.mean() - 1.0) < 0.05 and 0.05 < w.std() < 0.2
+
+
+def test_wide_inputs_span_magnitudes_with_tiny_and_huge_rows():
+    f = fam()
+    case = f.make_case(8, 4104, "bf16")
+    x = np.abs(dtypes.to_float64(f.make_inputs(case, np.random.default_rng(1), "wide")["x"], "bf16"))
+    assert x.min() < 2e-3 and x.max() > 5e2
+    row_max, row_min = x.max(axis=1), x.min(axis=1)
+    assert (row_max < 0.2).any(), "some rows are all tiny"
+    assert (row_min > 5.0).any(), "some rows are all huge"
+    assert ((row_min < 2e-3) & (row_max > 5e2)).any(), "some rows mix every magnitude"
+    normal = dtypes.to_float64(f.make_inputs(case, np.random.default_rng(1), "normal")["x"], "bf16")
+    assert 0.9 < normal.std() < 1.1 and np.abs(normal).min() >= 9e-4
+
+
+def test_unknown_distribution_raises():
+    f = fam()
+    with pytest.raises(ValueError, match="distribution"):
+        f.make_inputs(f.make_case(1, 256, "bf16"), np.random.default_rng(0), "uniform")
+
+
+# -- reference and tolerances ------------------------------------------------------------------------
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+def test_reference_matches_the_formula(dt):
+    f = fam(with_rstd=True)
+    case = f.make_case(7, 520, dt)
+    inputs = f.make_inputs(case, np.random.default_rng(2), "wide")
+    ref = f.reference(case, inputs)
+    x = dtypes.to_float64(inputs["x"], dt)
+    w = dtypes.to_float64(inputs["w"], "fp32")
+    assert ref["y"].dtype == np.float64 and ref["y"].shape == (7, 520)
+    np.testing.assert_allclose(ref["y"], _simple_reference(x, w, 1e-6), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(ref["rstd"], 1 / np.sqrt((x * x).mean(axis=1) + 1e-6), rtol=1e-13)
+
+
+def test_reference_without_rstd_and_with_weight_same():
+    f = fam(weight_dtype="same")
+    case = f.make_case(3, 256, "fp16")
+    inputs = f.make_inputs(case, np.random.default_rng(3), "normal")
+    assert inputs["w"].dtype == np.float16
+    ref = f.reference(case, inputs)
+    assert set(ref) == {"y"}
+    x = dtypes.to_float64(inputs["x"], "fp16")
+    np.testing.assert_allclose(ref["y"], _simple_reference(x, inputs["w"].astype(np.float64), 1e-6), rtol=1e-12)
+
+
+def test_reference_in_row_chunks_equals_one_block(monkeypatch):
+    f = fam(with_rstd=True)
+    case = f.make_case(199, 1000, "bf16")
+    inputs = f.make_inputs(case, np.random.default_rng(4), "wide")
+    whole = f.reference(case, inputs)
+    monkeypatch.setattr(op, "_CHUNK_ELEMS", 3000)           # 3 rows per block
+    parts = f.reference(case, inputs)
+    assert np.array_equal(whole["y"], parts["y"]) and np.array_equal(whole["rstd"], parts["rstd"])
+    again = f.make_inputs(case, np.random.default_rng(4), "normal")   # chunked generation works too
+    assert again["x"].shape == (199, 1000) and (dtypes.to_float64(again["x"], "bf16") != 0).all()
+
+
+def test_tolerances_table():
+    f = fam(with_rstd=True)
+    tol = {d: f.tolerances(f.make_case(1, 256, d)) for d in ("bf16", "fp16", "fp32")}
+    assert (tol["bf16"]["y"].atol, tol["bf16"]["y"].rtol, tol["bf16"]["y"].rel_l2) == (1e-2, 1.6e-2, 1e-2)
+    assert (tol["fp16"]["y"].atol, tol["fp16"]["y"].rtol, tol["fp16"]["y"].rel_l2) == (2e-3, 2e-3, 2e-3)
+    assert (tol["fp32"]["y"].atol, tol["fp32"]["y"].rtol, tol["fp32"]["y"].rel_l2) == (1e-5, 1e-4, 1e-5)
+    assert (tol["bf16"]["rstd"].atol, tol["bf16"]["rstd"].rtol) == (1e-5, 1e-5)
+    assert "rstd" not in fam().tolerances(fam().make_case(1, 256, "bf16"))
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("dist", ["normal", "wide"])
+def test_an_honest_fp32_kernel_passes_on_every_check_case(dt, dist):
+    """The tolerances are reachable by a real kernel (fp32 accumulation, rounded output)."""
+    f = fam(with_rstd=True, dtypes=(dt,))
+    for i, case in enumerate(f.check_cases()):
+        inputs = f.make_inputs(case, np.random.default_rng(i), dist)
+        ref = f.reference(case, inputs)
+        got = _fp32_kernel(case, inputs)
+        tols = f.tolerances(case)
+        res = verify.check_output(got["y"], ref["y"], tols["y"], dt, name="y")
+        assert res.ok, f"{case.id} {dist}: {res.message}"
+        res = verify.check_output(got["rstd"], ref["rstd"], tols["rstd"], "fp32", name="rstd")
+        assert res.ok, f"{case.id} {dist}: {res.message}"
+
+
+def test_a_wrong_kernel_fails():
+    f = fam()
+    case = f.make_case(7, 1000, "bf16")
+    inputs = f.make_inputs(case, np.random.default_rng(0), "normal")
+    ref = f.reference(case, inputs)
+    wrong = dtypes.quantize(ref["y"] * 1.03, "bf16")              # 3% off: beyond rtol 1.6%
+    assert not verify.check_output(wrong, ref["y"], f.tolerances(case)["y"], "bf16").ok
+    no_weight = dtypes.quantize(ref["y"] / dtypes.to_float64(inputs["w"], "fp32"), "bf16")
+    assert not verify.check_output(no_weight, ref["y"], f.tolerances(case)["y"], "bf16").ok
+
+
+# -- bytes and baselines ----------------------------------------------------------------------------
+def test_bytes_model():
+    f = fam()
+    assert f.bytes_moved(f.make_case(32768, 4096, "bf16")) == 2 * 32768 * 4096 * 2 + 4096 * 4
+    assert f.bytes_moved(f.make_case(1, 256, "fp32")) == 2 * 256 * 4 + 256 * 4
+    assert fam(with_rstd=True).bytes_moved(fam(with_rstd=True).make_case(8, 512, "fp16")) == 2 * 8 * 512 * 2 + 512 * 4 + 4 * 8
+    assert fam(weight_dtype="same").bytes_moved(fam(weight_dtype="same").make_case(8, 512, "bf16")) == 2 * 8 * 512 * 2 + 512 * 2
+    assert op.bytes_for(32768, 4096, "bf16") == f.bytes_moved(f.make_case(32768, 4096, "bf16"))
+    # the design's figure: 32768 x 4096 bf16 at 130.9 us is 4.10 TB/s
+    assert f.bytes_moved(f.make_case(32768, 4096, "bf16")) / 130.9e-6 / 1e12 == pytest.approx(4.10, abs=0.01)
+
+
+def test_baselines_are_declared_and_lazy():
+    names = [b.name for b in fam().baselines()]
+    assert names == ["torch", "torch_compile", "quack", "liger"]
+    before = set(sys.modules)
+    for b in fam().baselines():
+        assert isinstance(b.available(), bool)
+    assert not ({"torch", "quack", "liger_kernel"} & (set(sys.modules) - before))
+
+
+# -- the cheat kernels compile (except the one that must not) ----------------------------------------
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for p in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        cand = Path(p) / "bin" / "nvcc"
+        if p and cand.is_file():
+            return str(cand)
+    return None
+
+
+def _cheats():
+    family = load_family("rmsnorm_cheats", root=CHEATS)
+    space = import_sibling(str(CHEATS / "rmsnorm_cheats" / "family.py"), "space").SPACE
+    return family, space
+
+
+def test_cheat_family_loads_and_launches():
+    family, space = _cheats()
+    assert family.name == "rmsnorm_cheats" and family.space_name == space.name == "rmsnorm_cheats"
+    assert isinstance(family, op.RMSNormOperation)
+    case = family.benchmark_cases("smoke")[0]
+    launch = family.launch(space.make({"variant": "good"}), case)
+    assert isinstance(launch, Launch) and launch.grid == (case.params["M"], 1, 1) and launch.kernel == "rmsnorm_fwd"
+    assert all(c.params["dtype"] == "bf16" for c in family.check_cases() + family.benchmark_cases("smoke"))
+    assert family.launch(space.make({"variant": "good"}), family.make_case(1, 256, "fp16")) is None
+
+
+@pytest.mark.parametrize("variant", list(import_sibling(str(CHEATS / "rmsnorm_cheats" / "family.py"), "space").VARIANTS))
+def test_cheat_variant_compiles_for_sm90a(variant, tmp_path):
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    family, space = _cheats()
+    src = family.render(space.make({"variant": variant}))
+    assert 'extern "C"' in src and "rmsnorm_fwd(" in src
+    cu = tmp_path / f"{variant}.cu"
+    cu.write_text(src)
+    proc = subprocess.run([nvcc, "-cubin", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17",
+                           "-Xptxas", "-v", "-o", str(tmp_path / f"{variant}.cubin"), str(cu)],
+                          capture_output=True, text=True, timeout=300)
+    log = proc.stdout + proc.stderr
+    if variant == "too_much_smem":
+        smem = [int(m) for m in re.findall(r"(\d+) bytes smem", log)]
+        assert proc.returncode != 0 or max(smem, default=0) > 227 * 1024, log
+        return
+    assert proc.returncode == 0, log
+    assert (tmp_path / f"{variant}.cubin").stat().st_size > 0

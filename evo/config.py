@@ -106,6 +106,7 @@ class BudgetSection:
     evaluations: int = _f(500, min=1, doc="unique genomes evaluated, all stages together")
     wall_time_s: float = _f(0.0, min=0.0, doc="stop after this much wall time over all sessions (0: no limit)")
     stall_rounds: int = _f(50, min=1, doc="stop after this many rounds in a row that found nothing new")
+    target: float = _f(float("inf"), doc="stop once the best value of the metric reaches this (inf: never)")
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ class Run:
         # keys answered in this session, in order: the budget counts these, so a resumed run
         # spends its budget exactly as the original did while it replays
         self.answered: dict[str, Evaluation] = {}
+        self.best_value: float | None = None     # best metric among the answered
         self.history: list[tuple[Candidate, Evaluation]] = []
         self.new_evaluations = 0
         self.idle_rounds = 0
@@ -175,6 +176,9 @@ class Run:
 
     def _answer(self, candidate: Candidate, evaluation: Evaluation) -> None:
         self.answered[candidate.key] = evaluation
+        value = evaluation.fitness(self.metric)
+        if value is not None and (self.best_value is None or value > self.best_value):
+            self.best_value = value
         self.stages[self.stage_index].used += 1
 
     def tell(self, candidates: Sequence[Candidate], evaluations: Sequence[Evaluation]) -> None:
@@ -202,6 +206,9 @@ class Run:
                 self.tell(cands, evals)
                 if len(evals) < len(cands) and self._remaining() <= 0 and self.stage_index == len(self.stages) - 1:
                     self.stop_reason = f"evaluation budget of {self.cfg.budget.evaluations} reached"
+                    break
+                if self.best_value is not None and self.best_value >= self.cfg.budget.target:
+                    self.stop_reason = f"target {self.metric} >= {self.cfg.budget.target:g} reached"
                     break
                 if self.idle_rounds >= self.cfg.budget.stall_rounds:
                     self.stop_reason = f"{self.idle_rounds} rounds in a row found nothing new"

@@ -45,23 +45,21 @@ Notes on cupy:
 from __future__ import annotations
 
 import math
-import os
 import re
 import sys
-import tempfile
 import time
 import traceback
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from fitness import dtypes, verify
 from fitness.family import BufferSpec, Case, KernelFamily, Launch, load_family
-from fitness.jobs import BENCH, CHECK, Job, JobResult, TimingConfig
+from fitness.jobs import BENCH, Job, JobResult, TimingConfig
 from fitness.records import CaseResult, Status
 
 GUARD_BYTES = 64 * 1024            # poisoned guard zone before and after every output
@@ -448,6 +446,8 @@ class DeviceRunner:
         self._families: dict[tuple[str, str], KernelFamily] = {}
         self._timing: OrderedDict[tuple[str, str, int], TimingData] = OrderedDict()
         self.device = self.backend.describe()
+        self._context_lost = False
+        self._keep_loaded: list[Any] = []
         self.copy_ceiling_tbps: float | None = None
         if measure_copy:
             try:
@@ -461,7 +461,11 @@ class DeviceRunner:
                 "l2_bytes": getattr(self.backend, "l2_bytes", None)}
 
     def close(self) -> None:
+        """Drop cached data; the device is left alone after a lost context (a kernel may still be
+        running, and freeing memory would wait for it)."""
         self._timing.clear()
+        if self._context_lost:
+            return
         try:
             self.backend.free_all()
         except Exception:  # noqa: BLE001
@@ -514,6 +518,10 @@ class DeviceRunner:
             st = worst_status([r.status for r in results] + [Status.RUNTIME_ERROR])
             return self._result(job, st, results, message, t0, context_lost=context_lost, internal=internal)
         finally:
+            if context_lost:
+                # never unload the module of a kernel that may still be running: cuModuleUnload
+                # can wait for it, and the worker must be able to send its result and be replaced
+                self._keep_loaded.append((module, dict(kernels)))
             kernels.clear()
             module = None
             if not context_lost:
@@ -530,6 +538,7 @@ class DeviceRunner:
     def _result(self, job: Job, status: Status, results: list[CaseResult], message: str, t0: float, *,
                 context_lost: bool = False, internal: bool = False) -> JobResult:
         extra = {"internal_error": True} if internal else {}
+        self._context_lost = self._context_lost or context_lost
         return JobResult(job_id=job.job_id, status=status, cases=tuple(results), message=message,
                          device=self.device, copy_ceiling_tbps=self.copy_ceiling_tbps,
                          context_lost=context_lost, seconds=time.perf_counter() - t0, extra=extra)
@@ -763,6 +772,7 @@ class DeviceRunner:
                max_err: float | None, rel: float | None) -> _CaseOutcome:
         params = dict(case.params)
         tols = family.tolerances(case)
+        self.backend.free_all()          # give the verification's blocks back (torch allocates separately)
         td = self._timing_data(job, family, case, ins)
         n_sets = len(td.sets)
         out_sets = [{n: GuardedBuffer(self.xp, s, self.guard_bytes) for n, s in outs.items()} for _ in range(n_sets)]

@@ -17,7 +17,8 @@ How a genome maps a case (M, N) to a launch (kernels/rmsnorm/family.py: `geometr
     and refuse (launch None) a row whose slice does not fit.
 
 Genes and groups: memory (vec_bytes, load_cache, l2_prefetch, store_cache, weight_cache,
-reread_hint), geometry (cta_threads, chunks, cluster, cluster_reduce, persistent, ctas_per_sm),
+reread_hint), geometry (cta_threads, chunks, cluster, cluster_reduce, persistent, ctas_per_sm,
+spread_rows),
 pipeline (staging, stages, unroll, weight_regs), compute (rsqrt), compile (min_blocks, maxrreg).
 """
 
@@ -36,7 +37,7 @@ _REG_GRANULE = 8
 #: registers a thread needs besides the data it holds (addresses, loop state, reduction, policies),
 #: calibrated by compiling the space under tight caps (tests/test_rmsnorm_family.py asserts no
 #: spills): one-shot regs kernels, persistent regs kernels, smem_sync, cp.async/bulk kernels
-BASE_REGISTERS = {"regs": 24, "regs_persistent": 34, "smem_sync": 16, "async": 40}
+BASE_REGISTERS = {"regs": 24, "regs_persistent": 34, "smem_sync": 24, "async": 40}
 
 LOAD_CACHE = ("default", "cg", "cs", "nc", "nc_na", "nc_ef")
 STORE_CACHE = ("wb", "cg", "cs", "na", "ef")
@@ -109,6 +110,9 @@ SPACE = GeneSpace(
              doc="grid of 132 x ctas_per_sm CTAs looping over row groups vs one CTA per row group"),
         PowerOfTwo("ctas_per_sm", low=1, high=8, group="geometry",
                    doc="persistent grid size per SM (launch only)"),
+        Flag("spread_rows", group="geometry",
+             doc="launch only: halve rows per CTA until the grid has >= 132 CTAs (small M), "
+                 "keeping whole warps"),
         # -- pipeline ------------------------------------------------------------------------
         Choice("staging", options=STAGING, group="pipeline",
                doc="where the row slice waits for its sum of squares: regs (registers, overflow "
@@ -189,6 +193,6 @@ SPACE = GeneSpace(
 DEFAULT = SPACE.make(dict(
     vec_bytes=16, load_cache="nc_na", l2_prefetch="none", store_cache="wb", weight_cache="nc",
     reread_hint=False, cta_threads=512, chunks=8, cluster=8, cluster_reduce="st_async",
-    persistent=False, ctas_per_sm=1, staging="regs", stages=1, unroll=2, weight_regs=False,
+    persistent=False, ctas_per_sm=1, spread_rows=True, staging="regs", stages=1, unroll=2, weight_regs=False,
     rsqrt="approx", min_blocks=1, maxrreg=0,
 ))

@@ -12,7 +12,7 @@ the fitness base class, `selBest`, `HallOfFame`, `Statistics` and `Logbook`; not
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from typing import Collection, Sequence
 
 from deap import base
 
@@ -69,14 +69,17 @@ def make_toolbox(space: GeneSpace, rng: random.Random, *, crossover: str = "unif
 
 
 def vary(parents: Sequence[Individual], n_children: int, toolbox: base.Toolbox,
-         rng: random.Random, cxpb: float, mutpb: float) -> list[Candidate]:
+         rng: random.Random, cxpb: float, mutpb: float,
+         exclude: Collection[str] = ()) -> list[Candidate]:
     """`n_children` new candidates from `parents` (DEAP's varOr idea, without reproduction).
 
     For each child: with probability `cxpb` two distinct parents (by genome key) are crossed with
     `toolbox.mate` and the first child kept, then mutated with probability `mutpb` (operator
     "crossover:<kind>+mutation"); otherwise one parent is mutated ("mutation"). A child equal to
     a parent or to an earlier child is mutated/redrawn, up to a bounded number of attempts, so
-    every child is new whenever the space allows.
+    every child is new whenever the space allows. Keys in `exclude` (genomes the run has already
+    evaluated) count as taken too, so a converged population keeps proposing unmeasured genomes
+    instead of repeats that cost nothing but teach nothing.
     """
     cxpb = _probability("cxpb", cxpb)
     mutpb = _probability("mutpb", mutpb)
@@ -93,7 +96,7 @@ def vary(parents: Sequence[Individual], n_children: int, toolbox: base.Toolbox,
     for p in parents:
         distinct.setdefault(p.genome.key, p)
     unique = list(distinct.values())
-    taken = set(distinct)
+    taken = set(distinct) | set(exclude)
 
     out: list[Candidate] = []
     for _ in range(n_children):

@@ -246,13 +246,21 @@ class SQLStore(Store):
                 raise StoreError(f"store {self._shown}: {_first_line(e)}") from None
 
     def _create_tables(self) -> None:
+        # In one write transaction: on SQLite a deferred read-then-CREATE fails at once (no busy
+        # wait) when another process, e.g. `evo status` or a test polling the store, holds a lock.
+        def create() -> None:
+            with self._engine.connect() as conn:
+                conn = conn.execution_options(evo_write=True)
+                with conn.begin():
+                    _metadata.create_all(conn, checkfirst=True)
+
         try:
-            _metadata.create_all(self._engine, checkfirst=True)
+            create()
         except sa.exc.DBAPIError as e:
             # Another process created them between our check and our CREATE; check again.
             if "already exists" not in str(e.orig):
                 raise
-            _metadata.create_all(self._engine, checkfirst=True)
+            create()
 
 
 # engine -------------------------------------------------------------------------------------

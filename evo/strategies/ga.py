@@ -32,6 +32,7 @@ class GeneticAlgorithm(Strategy):
         self.seeds = list(seeds)
         self.islands: list[list[Individual]] = []
         self._pending_islands: list[int] = []   # island of each candidate of the last ask
+        self._evaluated: set[str] = set()        # keys told so far: children should be new
 
     # -- ask ---------------------------------------------------------------------------------
     def ask(self) -> list[Candidate]:
@@ -44,7 +45,7 @@ class GeneticAlgorithm(Strategy):
         for i, pop in enumerate(self.islands):
             runnable = [p for p in pop if not p.failed] or pop
             kids = vary(runnable, self.cfg.offspring, self.toolbox, self.rng,
-                        self.cfg.crossover_prob, self.cfg.mutation_prob)
+                        self.cfg.crossover_prob, self.cfg.mutation_prob, exclude=self._evaluated)
             out.extend(kids)
             self._pending_islands.extend([i] * len(kids))
         return out
@@ -73,6 +74,7 @@ class GeneticAlgorithm(Strategy):
         scored = [individual(c.genome, e.fitness(self.metric), c.parents, c.operator)
                   for c, e in zip(candidates, evaluations)]
         islands = self._pending_islands[: len(scored)]
+        self._evaluated.update(c.key for c in candidates[: len(scored)])
         if not self.islands:
             self.islands = [[] for _ in range(self.cfg.islands)]
             for ind, isl in zip(scored, islands):

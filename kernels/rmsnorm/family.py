@@ -99,10 +99,6 @@ class Geometry:
     def block(self) -> tuple[int, int, int]:
         return (self.tpr, self.rows, 1)
 
-    @property
-    def held_vectors(self) -> int:
-        """Vectors per thread the kernel keeps before re-reading (regs staging capacity)."""
-        return self.vectors
 
 
 def _slice(units: int, c: int) -> int:
@@ -132,6 +128,11 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
     if c > 1:
         tpr = max(tpr, 32)          # row_reduce: one sender thread per cluster rank, whole warps
     rows = min(ct // tpr, _pow2_ceil(M))
+    rows = max(rows, min(ct // tpr, 32 // tpr))   # whole warps: rows of < 32 threads share one
+    if genome["spread_rows"]:     # small M: fewer rows per CTA so that every SM gets work
+        floor = min(rows, max(1, 32 // tpr))
+        while rows > floor and -(-M // rows) * c < SM_COUNT:
+            rows = max(floor, rows // 2)
     shared = 0
     if smem:
         fit = MAX_DYNAMIC_SMEM // (stages * stride(c))
@@ -313,6 +314,49 @@ def _ldg_forms(load_cache: str, prefetch: str, width: str) -> list[str]:
 def _stg_forms(store_cache: str, width: str) -> list[str]:
     return {"wb": [f"STG.E.{width}"], "cg": [f"STG.E.{width}.STRONG.GPU"], "cs": [f"STG.E.EF.{width}"],
             "na": [f"STG.E.NA.{width}"], "ef": [f"STG.E.{width}"]}[store_cache]
+
+
+#: Hand-picked corners of the space (every staging, cluster exchange, pipeline and register
+#: regime), used with random samples by tests/test_rmsnorm_family.py and gpu_smoke.py.
+EXTREMES: tuple[dict[str, Any], ...] = (
+    dict(DEFAULT, staging="smem_bulk", load_cache="default", persistent=True, ctas_per_sm=2, stages=2,
+         cluster_reduce="barrier", cta_threads=256, chunks=4),
+    dict(DEFAULT, staging="smem_async", load_cache="nc_ef", l2_prefetch="128B", persistent=True,
+         ctas_per_sm=1, stages=2, cluster=4, vec_bytes=16, store_cache="cs", rsqrt="newton"),
+    dict(DEFAULT, staging="smem_async", load_cache="default", vec_bytes=8, cluster=2, cta_threads=128,
+         chunks=2, unroll=4, rsqrt="precise"),
+    dict(DEFAULT, staging="smem_sync", load_cache="cs", vec_bytes=32, chunks=4, cluster=2, cta_threads=1024,
+         store_cache="na", weight_cache="ca"),
+    dict(DEFAULT, staging="smem_bulk", load_cache="nc_ef", cluster=1, cta_threads=64, chunks=1, vec_bytes=8),
+    dict(DEFAULT, staging="regs", vec_bytes=8, chunks=1, cta_threads=64, cluster=1, unroll=1,
+         load_cache="default", reread_hint=True, weight_cache="l2_el"),
+    dict(DEFAULT, staging="regs", persistent=True, ctas_per_sm=4, stages=2, weight_regs=True,
+         reread_hint=True, vec_bytes=32, chunks=2, cta_threads=256, cluster=8, cluster_reduce="barrier",
+         store_cache="ef", weight_cache="nc_el"),
+    dict(DEFAULT, staging="regs", cta_threads=1024, min_blocks=2, chunks=3, vec_bytes=8, cluster=4,
+         load_cache="cg", l2_prefetch="256B", store_cache="cg"),
+    dict(DEFAULT, staging="regs", maxrreg=255, cta_threads=256, vec_bytes=32, chunks=8, cluster=8,
+         l2_prefetch="64B", rsqrt="precise"),
+    dict(DEFAULT, staging="regs", persistent=True, ctas_per_sm=8, cta_threads=128, chunks=1, vec_bytes=16,
+         cluster=1, load_cache="nc", weight_regs=True, maxrreg=64),
+)
+
+
+def sample_genomes(n: int, seed: int = 0) -> list[Genome]:
+    """DEFAULT, the EXTREMES, then n seeded random valid genomes (no repeats)."""
+    import random  # noqa: PLC0415
+
+    out = [DEFAULT] + [SPACE.make(e) for e in EXTREMES]
+    rng = random.Random(seed)
+    seen = {g.key for g in out}
+    tries = 0
+    while len(out) < 1 + len(EXTREMES) + n and tries < 100 * (n + 1):
+        tries += 1
+        g = SPACE.sample(rng)
+        if g.key not in seen:
+            seen.add(g.key)
+            out.append(g)
+    return out
 
 
 FAMILY = RMSNormFamily()

@@ -362,7 +362,9 @@ def _prepare_quack(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun 
     dt = case.params["dtype"]
     if case.params.get("with_rstd") and hasattr(qr, "rmsnorm_fwd"):
         def outputs(res):
-            return {"y": _storage_view(res[0], dt), "rstd": res[2]}
+            # (out, residual_out, rstd) in recent QuACK, (out, rstd) in some older ones
+            rstd = next((t for t in reversed(res[1:]) if t is not None and t.dim() == 1), None)
+            return {"y": _storage_view(res[0], dt), **({"rstd": rstd} if rstd is not None else {})}
         return BaselineRun(lambda: qr.rmsnorm_fwd(x, w, eps=eps, store_rstd=True), outputs)
     return BaselineRun(lambda: qr.rmsnorm(x, w, eps=eps), _y_only(case))
 

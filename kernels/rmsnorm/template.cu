@@ -253,9 +253,12 @@ template <int C>
 __device__ __forceinline__ float row_reduce(float v, int it, Shared<C>& sh) {
   const int TPR = blockDim.x, t = threadIdx.x, r = threadIdx.y;
   const int p = it & 1;
+  // lanes of this warp that exist (launch() makes blocks whole warps; this guards the rule)
+  const int left = (int)(blockDim.x * blockDim.y) - ((r * TPR + t) & ~31);
+  const unsigned mask = left >= 32 ? RMS_FULL : ((1u << left) - 1u);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
-    if (o < TPR) v += __shfl_xor_sync(RMS_FULL, v, o);
+    if (o < TPR) v += __shfl_xor_sync(mask, v, o);
   if (TPR > 32 || C > 1) {
     const int NW = TPR > 32 ? TPR >> 5 : 1;          // warps per row (rows never share a warp here)
     float* red = sh.red[p];

@@ -1,0 +1,141 @@
+"""The Run: budgets, exactly-once records, stages, and the Optuna study in the run's database."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from evo.run import Run, new_run_info
+from evo.store import open_store, sqlite_url
+from fitness.records import Status
+from tests.conftest import make_config
+
+
+def run_with(space, table, url="memory://", run_id="r", **sections):
+    cfg = make_config(**sections)
+    store = open_store(url)
+    store.create_run(new_run_info(cfg, run_id))
+    run = Run(cfg, space, store, table, run_id,
+              optuna_storage=None if url.startswith("memory") else url)
+    summary = run.optimize()
+    return run, summary, store
+
+
+def test_budget_and_exactly_once(synthetic_space, synthetic_table):
+    run, summary, store = run_with(synthetic_space, synthetic_table, budget={"evaluations": 150})
+    records = store.records("r")
+    assert len(records) == 150 == summary.evaluations
+    assert len({r.key for r in records}) == 150
+    assert [r.seq for r in records] == list(range(150))
+    assert "budget" in summary.stop_reason
+    assert store.get_run("r").state == "finished"
+
+
+def test_failures_are_recorded_not_raised(synthetic_space, synthetic_table):
+    _, summary, store = run_with(synthetic_space, synthetic_table, budget={"evaluations": 300})
+    statuses = {r.status for r in store.records("r")}
+    assert Status.OK in statuses and statuses - {Status.OK}, statuses
+    assert summary.best.status is Status.OK
+
+
+def test_records_carry_lineage(synthetic_space, synthetic_table):
+    _, _, store = run_with(synthetic_space, synthetic_table, budget={"evaluations": 80},
+                           search={"ga": {"population": 16, "offspring": 16}})
+    records = store.records("r")
+    first = records[:16]
+    assert all(r.generation == 0 and r.operator == "init" and not r.parents for r in first)
+    later = records[16:]
+    assert all(r.generation >= 1 and r.parents for r in later)
+    known = {r.key for r in records}
+    assert all(p in known for r in later for p in r.parents)
+    assert {r.operator.split(":")[0].split("+")[0] for r in later} <= {"mutation", "crossover"}
+
+
+def test_islands_and_group_crossover(synthetic_space, synthetic_table):
+    _, summary, store = run_with(synthetic_space, synthetic_table, budget={"evaluations": 200},
+                                 search={"ga": {"population": 8, "offspring": 8, "islands": 3,
+                                                "migration_interval": 2, "crossover": "group"}})
+    assert summary.evaluations == 200
+    assert any("crossover:group" in r.operator for r in store.records("r"))
+
+
+def test_random_strategy(synthetic_space, synthetic_table):
+    _, summary, store = run_with(synthetic_space, synthetic_table, budget={"evaluations": 64},
+                                 search={"strategy": "random"})
+    assert summary.evaluations == 64
+    assert {r.operator for r in store.records("r")} == {"random"}
+
+
+def test_optuna_stage_tunes_numeric_genes_in_the_run_database(tmp_path, synthetic_space, synthetic_table):
+    url = sqlite_url(tmp_path / "store.sqlite")
+    _, summary, store = run_with(synthetic_space, synthetic_table, url=url, run_id="opt",
+                                 budget={"evaluations": 160},
+                                 search={"optuna": {"enabled": True, "trials": 40, "top_k": 2, "sampler": "tpe"}})
+    records = store.records("opt")
+    optuna_records = [r for r in records if r.stage == "optuna"]
+    assert len(records) == 160 and 0 < len(optuna_records) <= 40
+    # structural genes stay frozen to one of the top structures; numeric ones move
+    from evo.strategies.optuna_stage import structural_genes
+
+    structural = structural_genes(synthetic_space)
+    assert structural == ["load_cache", "streaming_store"]
+    frozen = {tuple(r.evaluation.genome[n] for n in structural) for r in optuna_records}
+    assert 1 <= len(frozen) <= 2
+    # the studies are in the same database, readable by Optuna itself (and so optuna-dashboard)
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage=url)}
+    assert names == {"opt:optuna:0", "opt:optuna:1"}
+    study = optuna.load_study(study_name="opt:optuna:0", storage=url)
+    assert len(study.trials) >= 10
+    assert all(t.state.is_finished() for t in study.trials)
+
+
+def test_cmaes_sampler_runs(synthetic_space, synthetic_table):
+    _, summary, _ = run_with(synthetic_space, synthetic_table, budget={"evaluations": 100},
+                             search={"optuna": {"enabled": True, "trials": 30, "sampler": "cmaes", "top_k": 1}})
+    assert summary.evaluations <= 100
+
+
+def test_wall_time_budget(synthetic_space, synthetic_table):
+    from fitness.replay import ReplayEvaluator
+
+    slow = ReplayEvaluator(synthetic_table._table.values(), latency_s=0.01)
+    cfg = make_config(budget={"evaluations": 5000, "wall_time_s": 0.5})
+    store = open_store("memory://")
+    store.create_run(new_run_info(cfg, "w"))
+    summary = Run(cfg, synthetic_space, store, slow, "w").optimize()
+    assert "wall-time" in summary.stop_reason
+    assert 10 <= summary.evaluations < 100
+
+
+def test_stalls_stop_a_run_in_an_exhausted_space(synthetic_table):
+    from genomes import Choice, GeneSpace
+    from fitness.records import Evaluation
+
+    tiny = GeneSpace("tiny", (Choice("a", options=(1, 2, 3)),))
+    table = [Evaluation(key=g.key, genome=g.as_dict(), space="tiny", status=Status.OK,
+                        objectives={"geomean_speedup": float(g["a"])}) for g in tiny.enumerate()]
+    from fitness.replay import ReplayEvaluator
+
+    cfg = make_config(experiment={"family": "synthetic"}, budget={"evaluations": 100, "stall_rounds": 5},
+                      search={"ga": {"population": 2, "offspring": 2, "tournament_size": 2}})
+    store = open_store("memory://")
+    store.create_run(new_run_info(cfg, "s"))
+    summary = Run(cfg, tiny, store, ReplayEvaluator(table), "s").optimize()
+    assert summary.evaluations == 3
+    assert "nothing new" in summary.stop_reason
+
+
+def test_interrupt_marks_run_and_keeps_records(synthetic_space, synthetic_table):
+    cfg = make_config(budget={"evaluations": 100})
+    store = open_store("memory://")
+    store.create_run(new_run_info(cfg, "i"))
+
+    def stop_after_20(run, new_records):
+        if run.evaluations >= 20:
+            raise KeyboardInterrupt
+
+    run = Run(cfg, synthetic_space, store, synthetic_table, "i", on_progress=stop_after_20)
+    with pytest.raises(KeyboardInterrupt):
+        run.optimize()
+    assert store.get_run("i").state == "interrupted"
+    assert store.count("i") == 20

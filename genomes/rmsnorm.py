@@ -19,7 +19,7 @@ How a genome maps a case (M, N) to a launch (kernels/rmsnorm/family.py: `geometr
 Genes and groups: memory (vec_bytes, load_cache, l2_prefetch, store_cache, weight_cache,
 reread_hint), geometry (cta_threads, chunks, cluster, cluster_reduce, persistent, ctas_per_sm,
 spread_rows),
-pipeline (staging, stages, unroll, weight_regs), compute (rsqrt), compile (min_blocks, maxrreg).
+pipeline (staging, stages, unroll, weight_regs, weight_early), compute (rsqrt), compile (min_blocks, maxrreg).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ _REG_GRANULE = 8
 #: calibrated by compiling the space under tight caps (tests/test_rmsnorm_family.py asserts no
 #: spills): one-shot regs kernels, persistent regs kernels, smem_sync, cp.async/bulk kernels
 BASE_REGISTERS = {"regs": 24, "regs_persistent": 34, "smem_sync": 24, "async": 40}
+
+#: below this cap even the smallest kernels spill (calibrated: 32 spills, 40 does not)
+MIN_REGISTERS = 40
 
 LOAD_CACHE = ("default", "cg", "cs", "nc", "nc_na", "nc_ef")
 STORE_CACHE = ("wb", "cg", "cs", "na", "ef")
@@ -59,7 +62,7 @@ def register_demand(v: Mapping[str, Any]) -> int:
     fp32 weight, whose weight takes twice the registers of x)."""
     words = v["chunks"] * v["vec_bytes"] // 4           # 32-bit words of x one thread holds
     if v["staging"] == "regs":
-        held = words * v["stages"] + (2 * words if v["weight_regs"] else 0)
+        held = words * v["stages"] + (2 * words if v["weight_regs"] or v["weight_early"] else 0)
         return BASE_REGISTERS["regs_persistent" if v["persistent"] else "regs"] + held
     if v["staging"] == "smem_sync":
         return BASE_REGISTERS["smem_sync"] + words
@@ -126,6 +129,9 @@ SPACE = GeneSpace(
         Flag("weight_regs", group="pipeline",
              doc="persistent regs staging: the weight of the thread's columns is loaded once into "
                  "registers and reused for every row"),
+        Flag("weight_early", group="pipeline",
+             doc="regs staging: the weight of the register vectors is loaded with x, before the "
+                 "reduction (its latency hidden), instead of after rstd in the output loop"),
         # -- compute -------------------------------------------------------------------------
         Choice("rsqrt", options=("approx", "newton", "precise"), group="compute",
                doc="approx rsqrt.approx.ftz.f32 (MUFU.RSQ) | newton approx + one Newton step | "
@@ -155,6 +161,9 @@ SPACE = GeneSpace(
         implies("weight_regs_need_persistent_regs", ("weight_regs", "persistent", "staging"),
                 lambda v: v["weight_regs"], lambda v: v["persistent"] and v["staging"] == "regs",
                 "weight held in registers pays only across rows of a persistent regs kernel"),
+        implies("weight_early_needs_regs", ("weight_early", "weight_regs", "staging"),
+                lambda v: v["weight_early"], lambda v: v["staging"] == "regs" and not v["weight_regs"],
+                "loading the weight early applies to regs staging, and weight_regs already holds it"),
         implies("ctas_per_sm_only_persistent", ("ctas_per_sm", "persistent"),
                 lambda v: not v["persistent"], lambda v: v["ctas_per_sm"] == 1,
                 "ctas_per_sm sizes the persistent grid; fixed at 1 otherwise (no duplicate genomes)"),
@@ -181,8 +190,12 @@ SPACE = GeneSpace(
         implies("bulk_no_prefetch_qualifier", ("staging", "l2_prefetch"),
                 lambda v: v["staging"] == "smem_bulk", lambda v: v["l2_prefetch"] == "none",
                 "cp.async.bulk has no .L2::<size> prefetch qualifier"),
-        require("registers_fit", ("chunks", "vec_bytes", "staging", "stages", "weight_regs", "unroll",
-                                  "maxrreg", "cta_threads", "min_blocks"),
+        require("register_floor", ("cta_threads", "min_blocks", "maxrreg"),
+                lambda v: register_cap(v) >= MIN_REGISTERS,
+                f"the simplest variant needs about {MIN_REGISTERS} registers per thread "
+                "(1024 threads x 2 CTAs per SM leaves 32)"),
+        require("registers_fit", ("chunks", "vec_bytes", "staging", "stages", "weight_regs", "weight_early",
+                                  "persistent", "maxrreg", "cta_threads", "min_blocks"),
                 lambda v: register_demand(v) <= register_cap(v),
                 "the data a thread holds must fit its register budget (no spills)"),
     ),
@@ -193,6 +206,6 @@ SPACE = GeneSpace(
 DEFAULT = SPACE.make(dict(
     vec_bytes=16, load_cache="nc_na", l2_prefetch="none", store_cache="wb", weight_cache="nc",
     reread_hint=False, cta_threads=512, chunks=8, cluster=8, cluster_reduce="st_async",
-    persistent=False, ctas_per_sm=1, spread_rows=True, staging="regs", stages=1, unroll=2, weight_regs=False,
-    rsqrt="approx", min_blocks=1, maxrreg=0,
+    persistent=False, ctas_per_sm=1, spread_rows=True, staging="regs", stages=1, unroll=2,
+    weight_regs=False, weight_early=False, rsqrt="approx", min_blocks=1, maxrreg=0,
 ))

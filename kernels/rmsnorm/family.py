@@ -193,6 +193,7 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         "RMS_UNROLL": str(g["unroll"]),
         "RMS_STAGING": str(_STAGING[g["staging"]]),
         "RMS_WEIGHT_REGS": str(int(g["weight_regs"])),
+        "RMS_WEIGHT_EARLY": str(int(g["weight_early"])),
         "RMS_RSQRT": str(_RSQRT[g["rsqrt"]]),
         "RMS_CLUSTER_REDUCE": "0" if g["cluster_reduce"] == "st_async" else "1",
         "RMS_REREAD_HINT": str(int(g["reread_hint"])),
@@ -333,12 +334,14 @@ EXTREMES: tuple[dict[str, Any], ...] = (
     dict(DEFAULT, staging="regs", persistent=True, ctas_per_sm=4, stages=2, weight_regs=True,
          reread_hint=True, vec_bytes=32, chunks=2, cta_threads=256, cluster=8, cluster_reduce="barrier",
          store_cache="ef", weight_cache="nc_el"),
-    dict(DEFAULT, staging="regs", cta_threads=1024, min_blocks=2, chunks=3, vec_bytes=8, cluster=4,
+    dict(DEFAULT, staging="regs", cta_threads=1024, min_blocks=1, chunks=6, vec_bytes=8, cluster=4,
          load_cache="cg", l2_prefetch="256B", store_cache="cg"),
     dict(DEFAULT, staging="regs", maxrreg=255, cta_threads=256, vec_bytes=32, chunks=8, cluster=8,
          l2_prefetch="64B", rsqrt="precise"),
     dict(DEFAULT, staging="regs", persistent=True, ctas_per_sm=8, cta_threads=128, chunks=1, vec_bytes=16,
          cluster=1, load_cache="nc", weight_regs=True, maxrreg=64),
+    dict(DEFAULT, staging="regs", weight_early=True, chunks=4, cta_threads=256, cluster=4, spread_rows=False,
+         store_cache="cs", rsqrt="newton"),
 )
 
 

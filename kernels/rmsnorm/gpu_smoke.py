@@ -212,7 +212,7 @@ def run_one(cubin: str, genome_json: str, big: str) -> int:
         for name, out, rf, tol in outs:
             bad_nan = ~np.isfinite(out)
             if bad_nan.any():
-                idx = np.unravel_index(int(np.argmax(bad_nan)), out.shape)
+                idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad_nan)), out.shape))
                 fail(f"{case.id}: {name}{list(idx)} = {out[idx]} (unwritten or NaN)")
                 continue
             err = np.abs(out - rf)
@@ -220,7 +220,7 @@ def run_one(cubin: str, genome_json: str, big: str) -> int:
             ratio = float((err / allowed).max())
             result["worst"] = max(result["worst"], ratio)
             if ratio > 1.0:
-                idx = np.unravel_index(int(np.argmax(err / allowed)), out.shape)
+                idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err / allowed)), out.shape))
                 fail(f"{case.id}: {name}{list(idx)} = {out[idx]:.6g} vs {rf[idx]:.6g} "
                      f"(err {err[idx]:.3g} > {allowed[idx]:.3g})")
             if tol.rel_l2 is not None:

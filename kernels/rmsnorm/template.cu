@@ -18,7 +18,7 @@
 // The genes (#defines, set by render):
 //   RMS_VEC_BYTES 8|16|32  RMS_CHUNKS 1..8  RMS_CTA_THREADS  RMS_MIN_BLOCKS  RMS_MAXRREG
 //   RMS_PERSISTENT 0|1  RMS_STAGES 1|2  RMS_UNROLL  RMS_STAGING 0 regs|1 smem_sync|2 smem_async|3 bulk
-//   RMS_WEIGHT_REGS  RMS_RSQRT 0 approx|1 newton|2 precise  RMS_CLUSTER_REDUCE 0 st_async|1 barrier
+//   RMS_WEIGHT_REGS  RMS_WEIGHT_EARLY  RMS_RSQRT 0 approx|1 newton|2 precise  RMS_CLUSTER_REDUCE 0 st_async|1 barrier
 //   PTX qualifier strings: RMS_LDX_MAIN, RMS_LDX_OVF1, RMS_LDX_OVF2 (x loads: main / overflow first
 //   pass / overflow re-read), RMS_LDW (weight), RMS_STY (y), RMS_CPASYNC, each with a *_POL policy
 //   selector (0 none, 1 L2 evict_first, 2 L2 evict_last: appended ", policy" operand).
@@ -377,19 +377,26 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
         }
       }
   };
-#if RMS_WEIGHT_REGS
-  uint32_t wv[K][PPV][WPW];
+  // weight of the thread's register vectors: loaded once (RMS_WEIGHT_REGS, persistent) or with x
+  // before the reduction (RMS_WEIGHT_EARLY), instead of after it in the output loop
+  auto load_w_regs = [&](uint32_t (&wv)[K][PPV][WPW], bool ok) {
 #pragma unroll
-  for (int k = 0; k < K; ++k)
+    for (int k = 0; k < K; ++k)
 #pragma unroll
-    for (int q = 0; q < PPV; ++q) {
-      const int pk = (t + k * TPR) * PPV + q;
-      if (pk < npk) ld_w<WPW>(wv[k][q], ws + (size_t)pk * WPB, pol);
-      else {
+      for (int q = 0; q < PPV; ++q) {
+        const int pk = (t + k * TPR) * PPV + q;
+        if (ok && pk < npk) ld_w<WPW>(wv[k][q], ws + (size_t)pk * WPB, pol);
+        else {
 #pragma unroll
-        for (int i = 0; i < WPW; ++i) wv[k][q][i] = 0u;
+          for (int i = 0; i < WPW; ++i) wv[k][q][i] = 0u;
+        }
       }
-    }
+  };
+#if RMS_WEIGHT_REGS || RMS_WEIGHT_EARLY
+  uint32_t wv[K][PPV][WPW];
+#endif
+#if RMS_WEIGHT_REGS
+  load_w_regs(wv, true);
 #endif
   uint32_t xv[K][PPV * PW];
 #if RMS_STAGES == 2
@@ -410,6 +417,9 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
 #endif
     const int row = g * R + r;
     const bool ok = row < M;
+#if RMS_WEIGHT_EARLY
+    load_w_regs(wv, ok);
+#endif
     const char* xr = xs + (size_t)row * row_bytes;
     char* yr = ys + (size_t)row * row_bytes;
     float a0 = 0.f, a1 = 0.f;
@@ -442,7 +452,7 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
         const int pk = (t + k * TPR) * PPV + q;
         if (ok && pk < npk) {
           uint32_t yw[PW];
-#if RMS_WEIGHT_REGS
+#if RMS_WEIGHT_REGS || RMS_WEIGHT_EARLY
           P::norm(&xv[k][q * PW], wv[k][q], rs, yw);
 #else
           uint32_t ww[WPW];

@@ -100,7 +100,6 @@ class Geometry:
         return (self.tpr, self.rows, 1)
 
 
-
 def _slice(units: int, c: int) -> int:
     return -(-units // c)
 
@@ -287,11 +286,17 @@ def promises(genome: Mapping[str, Any]) -> dict[str, Sequence[str]]:
         out["cp_async"] = ["LDGSTS"]
     else:
         out["bulk_copy"] = ["UBLKCP"]
-        out["mbarrier"] = ["SYNCS.PHASECHK", "SYNCS.ARRIVE"]
+        out["mbarrier_arrive_expect_tx"] = ["SYNCS.ARRIVE"]
+        out["mbarrier_wait"] = ["SYNCS.PHASECHK"]
     out["y_stores"] = _stg_forms(g["store_cache"], "64" if g["vec_bytes"] == 8 else "128")
     if g["cluster"] > 1:
         out["cluster_barrier"] = ["UCGABAR_ARV"]
-        out["dsmem_exchange"] = ["STAS"] if g["cluster_reduce"] == "st_async" else ["ST.E"]
+        if g["cluster_reduce"] == "st_async":
+            out["dsmem_exchange"] = ["STAS"]
+            out["mbarrier_wait"] = ["SYNCS.PHASECHK"]
+        else:
+            out["dsmem_exchange"] = ["ST.E"]
+            out["cluster_barrier_wait"] = ["UCGABAR_WAIT"]
     if g["rsqrt"] in ("approx", "newton"):
         out["rsqrt_approx"] = ["MUFU.RSQ"]
     return out

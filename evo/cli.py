@@ -3,6 +3,8 @@
     evo run CONFIG [--replay TABLE] [--store URL] [--seed N] [--evaluations N] [--runs-dir DIR]
     evo resume RUN_DIR
     evo status RUN_DIR
+    evo dump RUN_DIR --out FILE.json          # the run's evaluations as a replay table
+    evo dispatch RUN_DIR [--out FILE.json]    # per dtype and N range, the fastest verified genome
 
 Bad input ends with one line per problem and exit code 2, never a traceback. Ctrl-C (or
 SIGTERM) stops cleanly after recording everything already evaluated; `evo resume` continues.
@@ -43,6 +45,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true")
     s = sub.add_parser("status", help="what a run has found so far")
     s.add_argument("run_dir")
+    d = sub.add_parser("dump", help="write a run's evaluations as a replay table (JSON)")
+    d.add_argument("run_dir")
+    d.add_argument("--out", required=True)
+    t = sub.add_parser("dispatch", help="dispatch table: the fastest verified genome per dtype and N range")
+    t.add_argument("run_dir")
+    t.add_argument("--baseline", default=None, help="baseline for the speedup column (default: the run's)")
+    t.add_argument("--out", help="also write the table as JSON")
     return ap
 
 
@@ -56,6 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_resume(args)
         if args.command == "status":
             return _cmd_status(args)
+        if args.command == "dump":
+            from evo.session import dump_run
+
+            return dump_run(args.run_dir, args.out)
+        if args.command == "dispatch":
+            from evo.session import print_dispatch
+
+            return print_dispatch(args.run_dir, args.baseline, args.out)
     except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -98,4 +99,46 @@ def print_status(path: str | Path) -> int:
     if best:
         print(f"  best {metric} = {best.fitness(metric):.6g}  key {best.key}  ({best.stage}, generation {best.generation})")
         print(f"  genome: {dict(best.evaluation.genome)}")
+    return 0
+
+
+def dump_run(path: str | Path, out: str | Path) -> int:
+    """The run's evaluations as a JSON replay table (`evo run ... --replay FILE`)."""
+    import json
+
+    rd = open_run_dir(path)
+    with open_store(rd.store_url) as store:
+        records = store.records(rd.run_id)
+        info = store.get_run(rd.run_id)
+    payload = {"run_id": rd.run_id, "family": info.family, "seed": info.seed, "config": info.config,
+               "evaluations": [r.evaluation.to_dict() for r in records],
+               "lineage": [{"key": r.key, "seq": r.seq, "generation": r.generation, "stage": r.stage,
+                            "operator": r.operator, "parents": list(r.parents)} for r in records]}
+    Path(out).write_text(json.dumps(payload, indent=1))
+    print(f"wrote {len(records)} evaluations of {rd.run_id} to {out}")
+    return 0
+
+
+def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Path | None = None) -> int:
+    import json
+
+    from evo.dispatch import build_dispatch
+
+    rd = open_run_dir(path)
+    baseline = baseline or rd.config.objective.baseline
+    with open_store(rd.store_url) as store:
+        entries = build_dispatch(store.records(rd.run_id), baseline=baseline)
+    if not entries:
+        print("no verified evaluation with timed cases in this run")
+        return 1
+    print(f"| dtype | N range | genome key | cases | geomean speedup vs {baseline} |")
+    print("|---|---|---|---:|---:|")
+    for e in entries:
+        sp = [c["speedup"] for c in e.cases.values() if c.get("speedup")]
+        gm = f"{math.exp(sum(math.log(v) for v in sp) / len(sp)):.3f}" if sp else "-"
+        rng = f"{e.n_min}..{e.n_max if e.n_max is not None else 'inf'}"
+        print(f"| {e.dtype} | {rng} | {e.key} | {len(e.cases)} | {gm} |")
+    if out:
+        Path(out).write_text(json.dumps({"run_id": rd.run_id, "baseline": baseline,
+                                         "entries": [e.to_dict() for e in entries]}, indent=1))
     return 0

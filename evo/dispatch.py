@@ -1,0 +1,94 @@
+"""A dispatch table from a run: for every dtype and row-width range, the genome that measured
+fastest there.
+
+One genome rarely wins everywhere (short rows want one warp per row, very long rows want clusters),
+so the product of a search is a table keyed by dtype and N range, chosen from the run's evidence,
+never written by hand. For each (dtype, N) measured in the run, the winner is the verified, not
+suspect genome with the smallest geometric-mean time over that width's cases (every M measured at
+that width); adjacent widths with the same winner merge into one range. Range edges sit at the
+measured widths: a range covers (previous width, its last width], the first starts at 1 and the
+last is open-ended.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from fitness.records import Status
+
+
+@dataclass(frozen=True)
+class DispatchEntry:
+    dtype: str
+    n_min: int
+    n_max: int | None                      # None: no upper bound
+    key: str
+    genome: Mapping[str, Any]
+    cases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)   # case id -> figures
+
+    def covers(self, dtype: str, n: int) -> bool:
+        return dtype == self.dtype and self.n_min <= n and (self.n_max is None or n <= self.n_max)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "n_min": self.n_min, "n_max": self.n_max, "key": self.key,
+                "genome": dict(self.genome), "cases": {k: dict(v) for k, v in self.cases.items()}}
+
+
+def _geomean(values: Iterable[float]) -> float:
+    vals = list(values)
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def build_dispatch(evaluations: Iterable[Any], baseline: str = "torch") -> list[DispatchEntry]:
+    """Dispatch entries from Evaluations (or Records) of one run."""
+    by_width: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}   # (dtype, N) -> key -> case -> cr
+    genomes: dict[str, Mapping[str, Any]] = {}
+    for item in evaluations:
+        ev = getattr(item, "evaluation", item)
+        if ev.status is not Status.OK or ev.suspect:
+            continue
+        genomes[ev.key] = ev.genome
+        for cr in ev.cases:
+            if cr.status is not Status.OK or not cr.time_us:
+                continue
+            dtype, n = str(cr.params.get("dtype")), int(cr.params.get("N", 0))
+            by_width.setdefault((dtype, n), {}).setdefault(ev.key, {})[cr.case] = cr
+    winners: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}
+    for width, per_key in by_width.items():
+        all_cases = set().union(*(set(c) for c in per_key.values()))
+        complete = {k: c for k, c in per_key.items() if set(c) == all_cases}
+        if not complete:
+            continue
+        key = min(complete, key=lambda k: (_geomean(cr.time_us for cr in complete[k].values()), k))
+        winners[width] = (key, complete[key])
+    entries: list[DispatchEntry] = []
+    for dtype in sorted({d for d, _ in winners}):
+        widths = sorted(n for d, n in winners if d == dtype)
+        start = 1
+        i = 0
+        while i < len(widths):
+            key = winners[(dtype, widths[i])][0]
+            j = i
+            while j + 1 < len(widths) and winners[(dtype, widths[j + 1])][0] == key:
+                j += 1
+            cases: dict[str, dict[str, Any]] = {}
+            for n in widths[i:j + 1]:
+                for cid, cr in winners[(dtype, n)][1].items():
+                    base = cr.baselines_us.get(baseline)
+                    cases[cid] = {"M": cr.params.get("M"), "N": cr.params.get("N"), "time_us": cr.time_us,
+                                  "tbps": cr.tbps, f"{baseline}_us": base,
+                                  "speedup": (base / cr.time_us) if base else None}
+            last = j + 1 == len(widths)
+            entries.append(DispatchEntry(dtype, start, None if last else widths[j], key, genomes[key], cases))
+            start = widths[j] + 1
+            i = j + 1
+    return entries
+
+
+def lookup(entries: Iterable[DispatchEntry], dtype: str, n: int) -> DispatchEntry:
+    for e in entries:
+        if e.covers(dtype, n):
+            return e
+    raise LookupError(f"no dispatch entry for dtype {dtype} and N = {n}")

@@ -1,0 +1,77 @@
+"""Where the GPU judge spends its time: one RMSNorm genome through DeviceRunner in-process.
+
+Runs CHECK once, then BENCH per benchmark case (wall time per case, first and second time), then
+one whole BENCH job under cProfile, and prints the hottest functions.
+
+    python experiments/scripts/profile_judge.py --matrix quack:bf16 --reps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    from fitness.compile import Compiler
+    from fitness.device import DeviceRunner
+    from fitness.family import KERNELS_DIR, load_family
+    from fitness.jobs import BENCH, CHECK, Job, TimingConfig
+    from genomes.rmsnorm import DEFAULT
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--matrix", default="quack:bf16")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--baselines", default="torch")
+    args = ap.parse_args()
+    fam = load_family("rmsnorm")
+    res = Compiler(tempfile.mkdtemp()).compile(fam.render(DEFAULT), fam.compile_flags(DEFAULT))
+    assert res.ok, res.log
+    cubin = Path(res.cubin_path).read_bytes()
+    timing = TimingConfig(reps=args.reps, baselines=tuple(b for b in args.baselines.split(",") if b))
+
+    def job(stage, cases, i=0):
+        return Job(job_id=f"p{i}", key=DEFAULT.key, stage=stage, family="rmsnorm", family_root=str(KERNELS_DIR),
+                   cubin=cubin, cases=tuple(cases), launches={c.id: fam.launch(DEFAULT, c) for c in cases},
+                   seed=i, timing=timing)
+
+    t = time.time()
+    runner = DeviceRunner(0)
+    print(f"runner start {time.time() - t:.2f}s  {runner.describe()}")
+    t = time.time()
+    r = runner.run(job(CHECK, fam.check_cases()))
+    print(f"CHECK {len(fam.check_cases())} cases {time.time() - t:.2f}s {r.status.value}")
+    cases = fam.benchmark_cases(args.matrix)
+    for rnd in (1, 2):
+        for i, c in enumerate(cases):
+            t = time.time()
+            r = runner.run(job(BENCH, [c], 100 * rnd + i))
+            cr = r.cases[0]
+            print(f"round {rnd} {c.id:22s} {time.time() - t:6.2f}s {cr.status.value} {cr.time_us or 0:9.1f}us "
+                  f"{dict(cr.baselines_us)}")
+    prof = cProfile.Profile()
+    t = time.time()
+    prof.enable()
+    r = runner.run(job(BENCH, cases, 999))
+    prof.disable()
+    print(f"whole BENCH {time.time() - t:.2f}s {r.status.value}")
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+    print(s.getvalue())
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("cumtime").print_stats(35)
+    print(s.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,6 +19,8 @@ from typing import Sequence
 
 from evo.config import ConfigError, load_config
 from evo.store import StoreError
+from fitness.toolchain import ToolchainError
+from fitness.workers import WorkerStartupError
 
 
 def _sigterm_to_interrupt(signum, frame):  # pragma: no cover - exercised by subprocess tests
@@ -76,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (ToolchainError, WorkerStartupError) as exc:
+        # the machine, not a candidate, is broken: nothing more can be judged here
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     return 2
 
 

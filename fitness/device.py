@@ -4,20 +4,31 @@ A worker (fitness.workers) builds one DeviceRunner for its GPU and hands it Jobs
 the runner follows the CORRECTNESS and TIMING protocols of DESIGN.md:
 
 verify (CHECK jobs, and once per case before timing in BENCH jobs)
-    For "normal" and then "wide" inputs: fresh inputs from np.random.default_rng(job.seed + case
-    index) -> outputs poisoned (NaN pattern) including a guard zone before and after each output
-    -> launch -> wait (at most timing.max_case_seconds) -> guards intact, every output element
-    written and within tolerance of the float64 reference, inputs bitwise unchanged. Then
-    DIFFERENT fresh inputs are written into the SAME buffers (same pointers) and checked again,
-    which catches kernels that cache results keyed on pointers.
+    Fresh inputs from np.random.default_rng(job.seed + case index) -> outputs poisoned (NaN
+    pattern) including a guard zone before and after each output -> launch -> wait (at most
+    timing.max_case_seconds) -> guards intact, every output element written and within tolerance
+    of the float64 reference, inputs bitwise unchanged. Then DIFFERENT fresh inputs are written
+    into the SAME buffers (same pointers) and checked again, which catches kernels that cache
+    results keyed on pointers. CHECK jobs (the small awkward shapes) run four rounds: "normal"
+    twice, then "wide" twice. BENCH jobs run two: "normal", then "wide" in the same buffers
+    (fresh data, the second distribution and the pointer test in half the launches; the timed
+    launches' outputs are checked again afterwards). Each check is one fused pass over each
+    output (fitness.verify) with one host sync.
 time (BENCH jobs)
-    Input sets cached per case (several when they fit in L2, rotated), float64 references and
-    input fingerprints beside them. Warm-up, then `reps` rounds interleaving the candidate and
-    every baseline (candidate, b1, b2, candidate, ...), L2 flushed before every timed launch and
-    the candidate's output poisoned before each of its launches, each launch between its own
-    pair of CUDA events. Afterwards the candidate's outputs from its last launch on every set are
-    checked against that set's reference and the inputs' fingerprints re-checked. Median and
-    inter-quartile range per implementation.
+    Input sets and guarded output buffers cached per case (several when they fit in L2,
+    rotated), input fingerprints beside them, float64 references too for host-made inputs
+    (device-made ones are recomputed in two fused passes when needed, so the big references do
+    not crowd the inputs out of the cache). Warm-up, then `reps` rounds interleaving the
+    candidate and every baseline (candidate, b1, b2, candidate, ...), L2 flushed before every
+    timed launch and the candidate's output poisoned before each of its launches, each launch
+    between its own pair of CUDA events. Afterwards the inputs' fingerprints are re-checked and
+    the candidate's outputs from its last launch on every set checked against that set's
+    reference. Median and inter-quartile range per implementation. A baseline already sampled
+    BASELINE_POOL_MIN times on a case in this runner is sampled only
+    `baseline_reps_after_first` (default 10) times per later job, still interleaved, and
+    reported as the median of its last BASELINE_POOL_SIZE pooled samples (baselines do not
+    change between candidates); its output is checked against the reference only the first time
+    it is prepared for a case.
 
 Failures are values: launch errors -> RUNTIME_ERROR (sticky ones such as an illegal address set
 context_lost so the worker is replaced), a launch exceeding max_case_seconds -> TIMEOUT (with
@@ -68,6 +79,13 @@ MAX_INPUT_SETS = 8
 STATIC_SMEM_LIMIT = 48 * 1024      # above this, dynamic shared memory must be opted in
 DISTRIBUTIONS = ("normal", "wide")
 CANDIDATE = "<candidate>"
+# verification rounds: (distribution, call); call 2 writes new data into the same buffers
+CHECK_ROUNDS = (("normal", 1), ("normal", 2), ("wide", 1), ("wide", 2))
+BENCH_ROUNDS = (("normal", 1), ("wide", 2))
+VERIFY_CACHE_BYTES = 1 << 30       # verification buffers up to this size are kept for the next case
+BASELINE_REPS_AFTER_FIRST = 10     # default of TimingConfig.baseline_reps_after_first
+BASELINE_POOL_MIN = 50             # pooled samples needed before a baseline is sampled less
+BASELINE_POOL_SIZE = 200           # a pooled baseline time is the median of the last this many
 
 # CUDA errors after which the context is unusable (driver and runtime share these numbers)
 STICKY_CUDA_ERRORS = frozenset({
@@ -195,6 +213,12 @@ class GuardedBuffer:
         """Only the output (guards keep whatever evidence they hold)."""
         self.full[self.guard:self.guard + self.n].fill(dtypes.poison_bits(self.dtype))
 
+    def guard_damage(self) -> Any:
+        """How many guard elements lost the poison pattern: an int, or a 0-d device array (no sync)."""
+        xp, p = self.xp, dtypes.poison_bits(self.dtype)
+        front, back = self.full[:self.guard], self.full[self.guard + self.n:]
+        return xp.count_nonzero(front != p) + xp.count_nonzero(back != p)
+
     def check_guards(self, name: str) -> verify.Verdict:
         front = self.full[:self.guard].view(dtypes.storage_dtype(self.dtype))
         back = self.full[self.guard + self.n:].view(dtypes.storage_dtype(self.dtype))
@@ -206,11 +230,19 @@ class GuardedBuffer:
 
 def judge_outputs(outputs: Mapping[str, GuardedBuffer], refs: Mapping[str, Any],
                   tols: Mapping[str, Any], *, chunk: int = verify.DEFAULT_CHUNK) -> tuple[str | None, float | None, float | None]:
-    """(problem or None, max_abs_err, rel_l2) over the outputs, guards first."""
-    for name, buf in outputs.items():
-        g = buf.check_guards(name)
-        if not g:
-            return g.message, None, None
+    """(problem or None, max_abs_err, rel_l2) over the outputs, guards first.
+
+    The guards of all outputs are counted in one pass with one host sync; each output is then
+    checked by one fused pass (one sync each)."""
+    damage = [buf.guard_damage() for buf in outputs.values()]
+    if damage:
+        xp = outputs[next(iter(outputs))].xp
+        counts = xp.stack([xp.asarray(d) for d in damage]).get() if xp is not np else np.array(damage)
+        if counts.any():
+            for name, buf in outputs.items():
+                g = buf.check_guards(name)
+                if not g:
+                    return g.message, None, None
     max_err = rel = None
     for name, buf in outputs.items():
         if name not in refs:
@@ -261,6 +293,7 @@ class CupyBackend:
         self.max_smem_optin = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
         self.max_threads = int(props.get("maxThreadsPerBlock", 1024)) or 1024
         self._flush = cupy.empty(2 * self.l2_bytes, dtype=cupy.uint8)
+        self._rng: Any = None
 
     # -- facts --------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -333,7 +366,7 @@ class CupyBackend:
             if time.monotonic() > deadline:
                 raise KernelTimeout(f"not finished after {timeout_s:g} s")
             time.sleep(sleep)
-            sleep = min(sleep * 2, 5e-3)
+            sleep = min(sleep * 2, 2e-4)               # short waits must not overshoot
 
     def synchronize(self, timeout_s: float) -> None:
         self.wait(self.record(), timeout_s)
@@ -350,7 +383,14 @@ class CupyBackend:
             self.cp.copyto(dst, src)
 
     def device_rng(self, seed: int) -> Any:
-        return self.cp.random.RandomState(int(seed) % (2**63))
+        """The backend's one cupy RandomState, re-seeded (creating and destroying a curand
+        generator per use costs ~25 ms); RandomState(s) and .seed(s) give the same stream."""
+        seed = int(seed) % (2**63)
+        if self._rng is None:
+            self._rng = self.cp.random.RandomState(seed)
+        else:
+            self._rng.seed(seed)
+        return self._rng
 
     def free_all(self) -> None:
         self.cp.get_default_memory_pool().free_all_blocks()
@@ -410,9 +450,11 @@ class CupyBackend:
 @dataclass
 class TimingData:
     sets: list[dict[str, Any]]               # device inputs, one dict per rotated set
-    refs: list[dict[str, Any]]               # float64 references on the device
+    refs: list[dict[str, Any] | None]        # float64 references on the device; None: recomputed
+                                             # when needed (device-made inputs: two fused passes)
     prints: list[dict[str, tuple[int, int]]] # input fingerprints
     nbytes: int
+    out_sets: list[dict[str, "GuardedBuffer"]] = field(default_factory=list)   # reused outputs
     baselines: dict[tuple[str, int], Any] = field(default_factory=dict)
     baseline_notes: dict[str, str] = field(default_factory=dict)
 
@@ -445,6 +487,9 @@ class DeviceRunner:
         self.cache_limit = int(cache_fraction * getattr(self.backend, "total_mem", 0))
         self._families: dict[tuple[str, str], KernelFamily] = {}
         self._timing: OrderedDict[tuple[str, str, int], TimingData] = OrderedDict()
+        self._verify_bufs: tuple[Any, dict[str, Any], dict[str, GuardedBuffer]] | None = None
+        self._baseline_verdicts: dict[tuple[Any, ...], str] = {}       # (case key, baseline) -> note
+        self._baseline_pool: dict[tuple[Any, ...], list[float]] = {}   # pooled baseline samples, ms
         self.device = self.backend.describe()
         self._context_lost = False
         self._keep_loaded: list[Any] = []
@@ -464,6 +509,7 @@ class DeviceRunner:
         """Drop cached data; the device is left alone after a lost context (a kernel may still be
         running, and freeing memory would wait for it)."""
         self._timing.clear()
+        self._verify_bufs = None
         if self._context_lost:
             return
         try:
@@ -607,9 +653,10 @@ class DeviceRunner:
         return {n: self.xp.empty(tuple(s.shape), dtype=dtypes.storage_dtype(spec_dtype(s))) for n, s in ins.items()}
 
     def _fill_inputs(self, family: KernelFamily, case: Case, rng: np.random.Generator, distribution: str,
-                     ins: Mapping[str, BufferSpec], into: Mapping[str, Any]) -> dict[str, Any]:
+                     ins: Mapping[str, BufferSpec], into: Mapping[str, Any],
+                     want_refs: bool = True) -> dict[str, Any] | None:
         """Fresh inputs written into the existing buffers `into`; returns the float64 references
-        (device arrays)."""
+        (device arrays), or None with want_refs=False."""
         xp = self.xp
         if self._on_device(family, ins):
             gen = self.backend.device_rng(int(rng.integers(0, 2**63 - 1)))
@@ -625,6 +672,8 @@ class DeviceRunner:
                 raise ValueError(f"make_inputs gave {name} {tuple(src.shape)} {src.dtype}, the spec says "
                                  f"{tuple(spec.shape)} {want}")
             self.backend.upload(into[name], src)
+        if not want_refs:
+            return None
         if self._on_device(family, ins):
             refs = family.reference(case, into)
         else:
@@ -638,42 +687,63 @@ class DeviceRunner:
         self.backend.launch(kernel, launch, args)
         self.backend.wait(self.backend.record(), timeout_s)
 
+    def _verify_buffers(self, ins: Mapping[str, BufferSpec],
+                        outs: Mapping[str, BufferSpec]) -> tuple[dict[str, Any], dict[str, GuardedBuffer]]:
+        """Input and guarded output buffers for verification, reused from the previous case when
+        the shapes and dtypes agree (small ones only: big ones would hold memory the timing needs).
+        Every round poisons the outputs and writes fresh inputs, so reuse carries nothing over."""
+        key = (tuple((n, tuple(s.shape), spec_dtype(s)) for n, s in ins.items()),
+               tuple((n, tuple(s.shape), spec_dtype(s)) for n, s in outs.items()), self.guard_bytes)
+        if self._verify_bufs is not None and self._verify_bufs[0] == key:
+            return self._verify_bufs[1], self._verify_bufs[2]
+        self._verify_bufs = None
+        dev_in = self._alloc_inputs(ins)
+        out_bufs = {n: GuardedBuffer(self.xp, s, self.guard_bytes) for n, s in outs.items()}
+        nbytes = sum(int(a.nbytes) for a in dev_in.values()) + sum(b.nbytes for b in out_bufs.values())
+        if nbytes <= VERIFY_CACHE_BYTES:
+            self._verify_bufs = (key, dev_in, out_bufs)
+        return dev_in, out_bufs
+
     def _verify(self, job: Job, family: KernelFamily, case: Case, idx: int, kernel: Any, launch: Launch,
                 ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec],
                 timing: TimingConfig) -> str | tuple[float | None, float | None]:
-        """A failure message, or (max_abs_err, rel_l2) of the first output over all rounds."""
+        """A failure message, or (max_abs_err, rel_l2) of the first output over all rounds.
+
+        CHECK jobs: normal and wide inputs, each twice (the second time new data in the same
+        buffers). BENCH jobs (their cases passed CHECK-style scrutiny on the awkward shapes, and
+        the timed launches are checked again): fresh normal inputs, then fresh wide inputs in the
+        SAME buffers - still fresh data, both distributions, and the pointer-cache test."""
         rng = np.random.default_rng(int(job.seed) + idx)
         tols = family.tolerances(case)
-        dev_in = self._alloc_inputs(ins)
-        out_bufs = {n: GuardedBuffer(self.xp, s, self.guard_bytes) for n, s in outs.items()}
+        dev_in, out_bufs = self._verify_buffers(ins, outs)
         buffers = dict(dev_in)
         buffers.update({n: b.data for n, b in out_bufs.items()})
         worst_err: float | None = None
         worst_rel: float | None = None
-        for distribution in DISTRIBUTIONS:
-            for call in (1, 2):
-                refs = self._fill_inputs(family, case, rng, distribution, ins, dev_in)
-                before = {n: a.copy() for n, a in dev_in.items()}
-                for b in out_bufs.values():
-                    b.poison()
-                self._launch_and_wait(kernel, launch, buffers, timing.max_case_seconds)
-                where = (f"{distribution} inputs, call {call}"
-                         + (" (new data in the same buffers)" if call == 2 else ""))
-                problem, err, rel = judge_outputs(out_bufs, refs, tols)
-                if problem:
-                    return f"[{where}] {problem}"
-                unchanged = verify.inputs_unchanged(before, dev_in)
-                if not unchanged:
-                    return f"[{where}] {unchanged.message}"
-                if err is not None:
-                    worst_err = err if worst_err is None else max(worst_err, err)
-                if rel is not None:
-                    worst_rel = rel if worst_rel is None else max(worst_rel, rel)
-                del refs, before
+        for distribution, call in (BENCH_ROUNDS if job.stage == BENCH else CHECK_ROUNDS):
+            refs = self._fill_inputs(family, case, rng, distribution, ins, dev_in)
+            before = {n: a.copy() for n, a in dev_in.items()}
+            for b in out_bufs.values():
+                b.poison()
+            self._launch_and_wait(kernel, launch, buffers, timing.max_case_seconds)
+            where = (f"{distribution} inputs, call {call}"
+                     + (" (new data in the same buffers)" if call == 2 else ""))
+            problem, err, rel = judge_outputs(out_bufs, refs, tols)
+            if problem:
+                return f"[{where}] {problem}"
+            unchanged = verify.inputs_unchanged(before, dev_in)
+            if not unchanged:
+                return f"[{where}] {unchanged.message}"
+            if err is not None:
+                worst_err = err if worst_err is None else max(worst_err, err)
+            if rel is not None:
+                worst_rel = rel if worst_rel is None else max(worst_rel, rel)
+            del refs, before
         return worst_err, worst_rel
 
     # -- timing -------------------------------------------------------------------------------------
-    def _timing_data(self, job: Job, family: KernelFamily, case: Case, ins: Mapping[str, BufferSpec]) -> TimingData:
+    def _timing_data(self, job: Job, family: KernelFamily, case: Case, ins: Mapping[str, BufferSpec],
+                     outs: Mapping[str, BufferSpec]) -> TimingData:
         n_sets = rotation_sets(int(family.bytes_moved(case)), int(getattr(self.backend, "l2_bytes", 0)),
                                enabled=job.timing.rotate_inputs)
         key = (job.family, str(job.family_root), case.id)
@@ -685,16 +755,24 @@ class DeviceRunner:
             del self._timing[key]
         seed_fn = getattr(family, "timing_seed", None)
         seed = int(seed_fn(case)) if callable(seed_fn) else zlib.crc32(case.id.encode())
-        sets, refs, prints, nbytes = [], [], [], 0
+        # device-made inputs: the float64 reference (4x the input for 16-bit x) is not cached but
+        # recomputed from the (fingerprint-checked) inputs when needed, so the whole benchmark
+        # matrix's inputs fit in the cache instead of evicting each other every job
+        keep_refs = not self._on_device(family, ins)
+        sets, refs, prints, out_sets, nbytes = [], [], [], [], 0
         for s in range(n_sets):
             rng = np.random.default_rng([seed, s])
             dev = self._alloc_inputs(ins)
-            ref = self._fill_inputs(family, case, rng, "normal", ins, dev)
+            ref = self._fill_inputs(family, case, rng, "normal", ins, dev, want_refs=keep_refs)
             sets.append(dev)
-            refs.append(ref)
-            prints.append({n: verify.fingerprint(a) for n, a in dev.items()})
-            nbytes += sum(int(a.nbytes) for a in dev.values()) + sum(int(a.nbytes) for a in ref.values())
-        td = TimingData(sets=sets, refs=refs, prints=prints, nbytes=nbytes)
+            refs.append(ref if keep_refs else None)
+            prints.append(verify.fingerprints(dev))
+            out_sets.append({n: GuardedBuffer(self.xp, sp, self.guard_bytes) for n, sp in outs.items()})
+            nbytes += sum(int(a.nbytes) for a in dev.values()) + sum(g.nbytes for g in out_sets[-1].values())
+            if keep_refs:
+                nbytes += sum(int(a.nbytes) for a in ref.values())
+            del ref
+        td = TimingData(sets=sets, refs=refs, prints=prints, nbytes=nbytes, out_sets=out_sets)
         self._timing[key] = td
         total = sum(t.nbytes for t in self._timing.values())
         while total > self.cache_limit and len(self._timing) > 1:
@@ -704,10 +782,20 @@ class DeviceRunner:
             total -= self._timing.pop(old_key).nbytes
         return td
 
+    def _set_refs(self, family: KernelFamily, case: Case, td: TimingData, s: int) -> dict[str, Any]:
+        """The float64 references of input set s: cached, or recomputed on the device."""
+        ref = td.refs[s]
+        if ref is not None:
+            return ref
+        return {k: self.xp.asarray(v) for k, v in family.reference(case, td.sets[s]).items()}
+
     def _prepare_baselines(self, family: KernelFamily, case: Case, td: TimingData, names: Sequence[str],
-                           tols: Mapping[str, Any], outs: Mapping[str, BufferSpec]) -> list[str]:
+                           tols: Mapping[str, Any], outs: Mapping[str, BufferSpec],
+                           td_key: tuple[Any, ...] = ()) -> list[str]:
         """Prepare (once per case and set) and trial-run the requested baselines; returns the names
-        that can be timed. Problems go to td.baseline_notes."""
+        that can be timed. Problems go to td.baseline_notes. A baseline's outputs are checked
+        against the reference the first time it is prepared for a case in this runner; the verdict
+        is kept (the timing inputs of a case are the same every time: seeded by the case)."""
         offered = {b.name: b for b in family.baselines()}
         usable = []
         for name in names:
@@ -720,10 +808,13 @@ class DeviceRunner:
             if b is None:
                 td.baseline_notes[name] = "not offered by the family"
                 continue
+            vkey = td_key + (name,)
+            known = self._baseline_verdicts.get(vkey)
             try:
                 if not b.available():
                     td.baseline_notes[name] = "not importable here"
                     continue
+                found = ""
                 for s, dev in enumerate(td.sets):
                     fn = b.prepare(case, dev)
                     if fn is None:
@@ -731,9 +822,14 @@ class DeviceRunner:
                     result = fn()                         # trial run: compiles, warms up, may raise
                     self.backend.synchronize(600.0)
                     td.baselines[(name, s)] = fn
-                    note = self._check_baseline(fn, result, td.refs[s], tols, outs, name)
-                    if note:
-                        td.baseline_notes[name] = note
+                    if known is None:
+                        note = self._check_baseline(fn, result, self._set_refs(family, case, td, s), tols, outs, name)
+                        found = note or found
+                    del result
+                if known is None:
+                    known = self._baseline_verdicts[vkey] = found
+                if known:
+                    td.baseline_notes[name] = known
                 usable.append(name)
             except Exception as exc:  # noqa: BLE001
                 for s in range(len(td.sets)):
@@ -770,12 +866,20 @@ class DeviceRunner:
     def _bench(self, job: Job, family: KernelFamily, case: Case, kernel: Any, launch: Launch,
                ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], timing: TimingConfig,
                max_err: float | None, rel: float | None) -> _CaseOutcome:
+        """Time the candidate interleaved with the baselines, then re-check the timed outputs.
+
+        Baselines do not change between candidates, so once this runner holds BASELINE_POOL_MIN
+        samples of a baseline on a case (same flush/rotation settings), later jobs time it only
+        `baseline_reps_after_first` times, spread evenly over the candidate's rounds (still
+        interleaved, so drift between jobs shows up in the pool), and report the median of the
+        last BASELINE_POOL_SIZE pooled samples; the case's message says so."""
         params = dict(case.params)
         tols = family.tolerances(case)
         self.backend.free_all()          # give the verification's blocks back (torch allocates separately)
-        td = self._timing_data(job, family, case, ins)
+        td = self._timing_data(job, family, case, ins, outs)
+        td_key = (job.family, str(job.family_root), case.id)
         n_sets = len(td.sets)
-        out_sets = [{n: GuardedBuffer(self.xp, s, self.guard_bytes) for n, s in outs.items()} for _ in range(n_sets)]
+        out_sets = td.out_sets
         buffers = []
         for s in range(n_sets):
             b = dict(td.sets[s])
@@ -785,12 +889,28 @@ class DeviceRunner:
         for bufs in out_sets:
             for g in bufs.values():
                 g.poison()
-        names = self._prepare_baselines(family, case, td, list(timing.baselines), tols, outs)
+        names = self._prepare_baselines(family, case, td, list(timing.baselines), tols, outs, td_key)
         impls = [CANDIDATE] + names
         samples: dict[str, list[float]] = {i: [] for i in impls}
         dropped: dict[str, str] = {}
         limit_ms = 1e3 * float(timing.max_case_seconds)
-        rounds = int(timing.warmup) + int(timing.reps)
+        warmup, reps = int(timing.warmup), int(timing.reps)
+        rounds = warmup + reps
+        after_first = int(getattr(timing, "baseline_reps_after_first", BASELINE_REPS_AFTER_FIRST))
+
+        def pool_key(n: str) -> tuple[Any, ...]:
+            return td_key + (n, bool(timing.flush_l2), n_sets)
+
+        sparse = {n for n in names if 0 < after_first < reps
+                  and len(self._baseline_pool.get(pool_key(n), ())) >= BASELINE_POOL_MIN}
+        stride = max(1, reps // max(1, after_first))
+
+        def runs(impl: str, rr: int) -> bool:
+            if impl not in sparse:
+                return True
+            t = rr - warmup
+            return t >= 0 and t % stride == 0 and t // stride < after_first
+
         pending: list[tuple[int, str, Any, Any]] = []
         batch, round_wall, r = 1, None, 0
         while r < rounds:
@@ -799,7 +919,7 @@ class DeviceRunner:
             for rr in range(r, stop):
                 s = rr % n_sets
                 for impl in impls:
-                    if impl in dropped:
+                    if impl in dropped or not runs(impl, rr):
                         continue
                     if impl == CANDIDATE:
                         for g in out_sets[s].values():
@@ -835,27 +955,43 @@ class DeviceRunner:
                 per_round = max(round_wall, 1e-6)
                 batch = max(1, min(16, int(float(timing.max_case_seconds) / (4 * per_round))))
             r = stop
-        # the outputs of the last timed launch on every set must be right, and the inputs intact
+        # the inputs must be intact (all fingerprints in one sync), and the outputs of the last
+        # timed launch on every set right (references recomputed from those intact inputs when
+        # they are not cached)
         for s in range(n_sets):
-            problem, _, _ = judge_outputs(out_sets[s], td.refs[s], tols)
-            if problem:
-                return _CaseOutcome(CaseResult(case=case.id, status=Status.WRONG_RESULT, params=params,
-                                               message=f"[timed launches, input set {s}] {problem}"))
-            for n, a in td.sets[s].items():
-                if verify.fingerprint(a) != td.prints[s][n]:
-                    td_key = (job.family, str(job.family_root), case.id)
+            now = verify.fingerprints(td.sets[s])
+            for n in td.sets[s]:
+                if now[n] != td.prints[s][n]:
                     self._timing.pop(td_key, None)         # the cached inputs are spoiled
                     return _CaseOutcome(CaseResult(case=case.id, status=Status.WRONG_RESULT, params=params,
                                                    message=f"[timed launches, input set {s}] input {n} was "
                                                            f"modified by the kernel"))
+        for s in range(n_sets):
+            problem, _, _ = judge_outputs(out_sets[s], self._set_refs(family, case, td, s), tols)
+            if problem:
+                return _CaseOutcome(CaseResult(case=case.id, status=Status.WRONG_RESULT, params=params,
+                                               message=f"[timed launches, input set {s}] {problem}"))
         med, iqr = median_iqr(samples[CANDIDATE])
         time_us = med * 1e3
         bytes_moved = int(family.bytes_moved(case))
         tbps = bytes_moved / (time_us * 1e-6) / 1e12 if time_us > 0 else None
-        base_us = {n: median_iqr(samples[n])[0] * 1e3 for n in names if samples[n] and n not in dropped}
+        base_us: dict[str, float] = {}
+        pool_notes: list[str] = []
+        for n in names:
+            if not samples[n] or n in dropped:
+                continue
+            pool = self._baseline_pool.setdefault(pool_key(n), [])
+            pool.extend(samples[n])
+            del pool[:-BASELINE_POOL_SIZE]
+            if n in sparse:
+                base_us[n] = median_iqr(pool)[0] * 1e3
+                pool_notes.append(f"baseline {n}: median of the last {len(pool)} pooled samples on this case "
+                                  f"({len(samples[n])} from this job)")
+            else:
+                base_us[n] = median_iqr(samples[n])[0] * 1e3
         notes = [td.baseline_notes[n] if td.baseline_notes[n].startswith("baseline ") else f"baseline {n}: {td.baseline_notes[n]}"
                  for n in timing.baselines if n in td.baseline_notes]
-        notes += list(dropped.values())
+        notes += list(dropped.values()) + pool_notes
         return _CaseOutcome(CaseResult(case=case.id, status=Status.OK, params=params, time_us=time_us,
                                        spread_us=iqr * 1e3, samples=len(samples[CANDIDATE]), tbps=tbps,
                                        baselines_us=base_us, max_abs_err=max_err, rel_l2_err=rel,

@@ -86,10 +86,60 @@ def array_module(a: Any) -> ModuleType:
     return np
 
 
+# -- fused device conversions (cupy) ---------------------------------------------------------
+# On the device every conversion is ONE elementwise kernel (cupy.ElementwiseKernel, compiled once
+# per process and cached below) instead of a chain of astype/where temporaries. The numpy code in
+# the functions below is the executable specification; tests/test_dtypes.py compiles these
+# sources with nvcc and runs them on the host (through a small C++ shim) against that numpy code.
+CUDA_PREAMBLE = r"""
+__device__ __forceinline__ unsigned short jf_f32bits_to_bf16(unsigned int u) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)                      /* NaN -> quiet NaN, sign kept */
+        return (unsigned short)(((u >> 16) & 0x8000u) | 0x7FC0u);
+    return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);   /* nearest even */
+}
+__device__ __forceinline__ unsigned short jf_f64_to_bf16(double a) {
+    if (isnan(a))
+        return (unsigned short)((((unsigned long long)__double_as_longlong(a) >> 48) & 0x8000ull) | 0x7FC0ull);
+    float x32 = (float)a;                                     /* round to nearest even */
+    unsigned int u = __float_as_uint(x32);
+    double back = (double)x32;
+    if (isfinite(a) && back != a) {                           /* inexact: round to odd ... */
+        if (fabs(back) > fabs(a)) u -= 1u;                    /* truncate towards zero ... */
+        u |= 1u;                                              /* ... and make it odd */
+    }
+    return jf_f32bits_to_bf16(u);                             /* then once to nearest even */
+}
+__device__ __forceinline__ float jf_bf16_to_f32(unsigned short b) {
+    return __uint_as_float(((unsigned int)b) << 16);
+}
+"""
+
+# name -> (in_params, out_params, operation): cupy.ElementwiseKernel arguments
+ELEMENTWISE: dict[str, tuple[str, str, str]] = {
+    "jf_cvt_f32_bf16": ("float32 a", "uint16 b", "b = jf_f32bits_to_bf16(__float_as_uint(a));"),
+    "jf_cvt_f64_bf16": ("float64 a", "uint16 b", "b = jf_f64_to_bf16(a);"),
+    "jf_cvt_bf16_f32": ("uint16 a", "float32 b", "b = jf_bf16_to_f32(a);"),
+    "jf_cvt_bf16_f64": ("uint16 a", "float64 b", "b = (double)jf_bf16_to_f32(a);"),
+}
+_CUPY_KERNELS: dict[str, Any] = {}
+
+
+def cupy_elementwise(name: str) -> Any:
+    """The cached cupy.ElementwiseKernel `name` of ELEMENTWISE."""
+    k = _CUPY_KERNELS.get(name)
+    if k is None:
+        cupy = sys.modules["cupy"]
+        in_p, out_p, op = ELEMENTWISE[name]
+        k = _CUPY_KERNELS[name] = cupy.ElementwiseKernel(in_p, out_p, op, name, preamble=CUDA_PREAMBLE)
+    return k
+
+
 # -- bfloat16 ------------------------------------------------------------------------------
 def bf16_bits_to_f32(bits: Any) -> Any:
     """uint16 bf16 patterns -> float32 values (exact)."""
     xp = array_module(bits)
+    if xp is not np:
+        return cupy_elementwise("jf_cvt_bf16_f32")(xp.asarray(bits, dtype=xp.uint16))
     u = xp.asarray(bits).astype(xp.uint32) << xp.uint32(16)
     return u.view(xp.float32)
 
@@ -98,6 +148,8 @@ def f32_to_bf16_bits(a: Any) -> Any:
     """float32 -> bf16 bit patterns, round to nearest even; NaN -> quiet NaN, overflow -> inf."""
     xp = array_module(a)
     a = xp.asarray(a, dtype=xp.float32)
+    if xp is not np:
+        return cupy_elementwise("jf_cvt_f32_bf16")(a)
     u = a.view(xp.uint32)
     bias = ((u >> xp.uint32(16)) & xp.uint32(1)) + xp.uint32(0x7FFF)
     rounded = ((u + bias) >> xp.uint32(16)).astype(xp.uint16)
@@ -113,6 +165,8 @@ def f64_to_bf16_bits(a: Any) -> Any:
     """
     xp = array_module(a)
     a = xp.asarray(a, dtype=xp.float64)
+    if xp is not np:
+        return cupy_elementwise("jf_cvt_f64_bf16")(a)
     with np.errstate(over="ignore", invalid="ignore"):
         x32 = a.astype(xp.float32)
     back = x32.astype(xp.float64)
@@ -135,6 +189,8 @@ def to_float64(array: Any, dtype_name: str) -> Any:
         if name == "bf16":
             if a.dtype != xp.uint16:
                 raise DTypeError(f"bf16 arrays are carried as uint16 bit patterns, got {a.dtype}")
+            if xp is not np:
+                return cupy_elementwise("jf_cvt_bf16_f64")(a)
             return bf16_bits_to_f32(a).astype(xp.float64)
         return a.astype(xp.float64)
 

@@ -25,6 +25,9 @@ class TimingConfig:
     rotate_inputs: bool = True      # several input sets when they fit in L2
     baselines: tuple[str, ...] = ("torch",)
     max_case_seconds: float = 10.0  # a case whose single launch exceeds this is abandoned
+    # Baselines do not change between candidates: once a worker holds `reps` samples of a baseline
+    # on a case, later jobs interleave only this many fresh samples (the pool guards against drift).
+    baseline_reps_after_first: int = 10
 
 
 @dataclass(frozen=True)

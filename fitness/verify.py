@@ -2,11 +2,18 @@
 
 - `check_output`: NaN/inf anywhere fails (and an element still holding the poison pattern is
   reported as "not written"), then |out - ref| <= atol + rtol*|ref| elementwise, then the
-  relative L2 error. Large arrays are checked in flat chunks so the float64 temporaries stay
-  bounded on the device.
-- `inputs_unchanged`: bitwise comparison of inputs before and after a launch.
+  relative L2 error. On cupy one fused raw kernel per output computes every count and sum
+  (one host sync); numpy runs the same definitions as array code over flat chunks
+  (`_chunk_stats`, the executable specification). The first offending element is located only
+  when something failed.
+- `inputs_unchanged`: bitwise comparison of inputs before and after a launch (one fused count
+  per array, one sync for all).
 - `guard_intact`: the poisoned guard zones around an output must come back untouched.
-- `fingerprint`: a cheap position-sensitive checksum, for inputs too large to keep a copy of.
+- `fingerprint` / `fingerprints`: a cheap position-sensitive checksum, for inputs too large to
+  keep a copy of (one fused kernel per array, one sync for a mapping).
+
+Raw kernels index with 64-bit integers (outputs reach 2**31 elements); tests/test_verify.py
+compiles them for sm_90a and runs them on the host against the numpy code.
 
 Every result names the first offending element and its values, so a failed candidate's record
 says exactly what went wrong.
@@ -76,122 +83,296 @@ def _first(xp: Any, mask: Any) -> int:
     return int(xp.argmax(xp.ascontiguousarray(mask).view(xp.uint8)))
 
 
-class OutputChecker:
-    """Accumulates the check of one output over flat chunks; `result()` gives the verdict."""
+# ---------------------------------------------------------------------------------------------
+# One fused pass per output
+# ---------------------------------------------------------------------------------------------
+# On cupy, `check_output` runs ONE raw kernel over the output and its reference that yields, per
+# block, the 7 statistics of `_chunk_stats` (the numpy code there is the executable spec); the
+# partials come back in one transfer (one host sync per output). Only when something fails are the
+# first offending elements located, with array code (slow, but only on the failure path).
+THREADS = 256           # block size of every raw kernel here (a power of two)
+MAX_BLOCKS = 1024       # grid-stride loops: at most this many blocks
+N_STATS = 7             # n_poison, n_nonfinite, n_ref_nonfinite, n_bad, max_err, sum_sq_err, sum_sq_ref
 
-    def __init__(self, tol: Tolerance, dtype: str, name: str = "out", shape: tuple[int, ...] | None = None):
-        self.tol = tol
-        self.dtype = dtypes.canonical(dtype)
-        self.name = name
-        self.shape = tuple(shape) if shape is not None else None
-        self.count = 0
-        self.n_poison = 0
-        self.first_poison: int | None = None
-        self.n_nonfinite = 0
-        self.first_nonfinite: tuple[int, float, float] | None = None
-        self.n_ref_nonfinite = 0
-        self.first_ref_nonfinite: int | None = None
-        self.n_bad = 0
-        self.first_bad: tuple[int, float, float, float, float] | None = None
-        self.max_err = 0.0
-        self.sum_sq_err = 0.0
-        self.sum_sq_ref = 0.0
+# element type -> (bits C type, poison literal, decode: bits `b` -> double)
+_DECODE = {
+    "bf16": ("unsigned short", "0x7FC1u", "(double)__uint_as_float(((unsigned int)b) << 16)"),
+    "fp16": ("unsigned short", "0x7E01u", "jf_fp16_to_f64(b)"),
+    "fp32": ("unsigned int", "0x7FC0DEADu", "(double)__uint_as_float(b)"),
+    "fp64": ("unsigned long long", "0x7FF8DEADBEEF0001ull", "__longlong_as_double((long long)b)"),
+}
+_WORDS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
-    def update(self, out: Any, ref: Any, offset: int = 0) -> None:
-        xp = array_module(out)
-        out = out.reshape(-1)
-        ref = xp.asarray(ref).reshape(-1)
-        if out.size != ref.size:
-            raise ValueError(f"chunk sizes differ: out {out.size}, ref {ref.size}")
-        self.count += int(out.size)
-        if out.size == 0:
-            return
-        poison = dtypes.is_poison(out, self.dtype)
-        n = int(poison.sum())
-        if n:
-            self.n_poison += n
-            if self.first_poison is None:
-                self.first_poison = offset + _first(xp, poison)
-        vals = dtypes.to_float64(out, self.dtype)
-        ref = ref.astype(xp.float64, copy=False)
-        fin_out = xp.isfinite(vals)
-        bad_out = ~fin_out & ~poison
-        n = int(bad_out.sum())
-        if n:
-            self.n_nonfinite += n
-            if self.first_nonfinite is None:
-                i = _first(xp, bad_out)
-                self.first_nonfinite = (offset + i, float(vals[i]), float(ref[i]))
-        fin_ref = xp.isfinite(ref)
-        n = int((~fin_ref).sum())
-        if n:
-            self.n_ref_nonfinite += n
-            if self.first_ref_nonfinite is None:
-                self.first_ref_nonfinite = offset + _first(xp, ~fin_ref)
-        fin = fin_out & fin_ref
-        with np.errstate(invalid="ignore", over="ignore"):
-            err = xp.where(fin, xp.abs(vals - ref), 0.0)
-            aref = xp.where(fin_ref, xp.abs(ref), 0.0)
-        bound = self.tol.atol + self.tol.rtol * aref
-        bad = err > bound
-        n = int(bad.sum())
-        if n:
-            self.n_bad += n
-            if self.first_bad is None:
-                i = _first(xp, bad)
-                self.first_bad = (offset + i, float(vals[i]), float(ref[i]), float(err[i]), float(bound[i]))
-        self.max_err = max(self.max_err, float(err.max()))
-        self.sum_sq_err += float((err * err).sum())
-        self.sum_sq_ref += float((aref * aref).sum())
+CUDA_COMMON = r"""
+__device__ __forceinline__ double jf_fp16_to_f64(unsigned short h) {
+    unsigned int e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    double v;
+    if (e == 0x1Fu) v = m ? __longlong_as_double(0x7FF8000000000000ll) : __longlong_as_double(0x7FF0000000000000ll);
+    else if (e == 0u) v = ldexp((double)m, -24);
+    else v = ldexp((double)(m | 0x400u), (int)e - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+"""
 
-    def result(self) -> CheckResult:
-        name, shape, total = self.name, self.shape, self.count
-        if self.first_poison is not None:
-            return CheckResult(False, None, None,
-                               f"element {name}{format_index(self.first_poison, shape)} not written "
-                               f"(poison NaN remains); {self.n_poison} of {total} elements not written")
-        if self.first_nonfinite is not None:
-            i, v, r = self.first_nonfinite
-            what = "NaN" if math.isnan(v) else "inf"
-            return CheckResult(False, None, None,
-                               f"{name}{format_index(i, shape)} is {what} (reference {_num(r)}); "
-                               f"{self.n_nonfinite} of {total} elements are NaN/inf")
-        if self.first_ref_nonfinite is not None:
-            return CheckResult(False, None, None,
-                               f"the reference for {name}{format_index(self.first_ref_nonfinite, shape)} is not "
-                               f"finite ({self.n_ref_nonfinite} elements): the inputs or the reference are broken")
-        rel = math.sqrt(self.sum_sq_err) / math.sqrt(self.sum_sq_ref) if self.sum_sq_ref > 0 else math.sqrt(self.sum_sq_err)
-        if self.first_bad is not None:
-            i, v, r, e, b = self.first_bad
-            return CheckResult(False, self.max_err, rel,
-                               f"{name}{format_index(i, shape)} = {_num(v)} but the reference is {_num(r)} "
-                               f"(|err| {_num(e)} > atol + rtol*|ref| = {_num(b)}); {self.n_bad} of {total} "
-                               f"elements out of tolerance (atol {self.tol.atol:g}, rtol {self.tol.rtol:g}), "
-                               f"max |err| {_num(self.max_err)}")
-        if self.tol.rel_l2 is not None and rel > self.tol.rel_l2:
-            return CheckResult(False, self.max_err, rel,
-                               f"{name}: relative L2 error {_num(rel)} > {self.tol.rel_l2:g} "
-                               f"(every element within atol/rtol, max |err| {_num(self.max_err)})")
-        return CheckResult(True, self.max_err, rel, "")
+_STATS_SRC = r"""
+extern "C" __global__ void jf_stats_NAME(const BITS* __restrict__ out, const double* __restrict__ ref,
+                                         long long n, double atol, double rtol, double* partials) {
+    __shared__ unsigned long long s_c[4][256];
+    __shared__ double s_d[3][256];
+    unsigned long long n_poison = 0, n_nonfinite = 0, n_ref_nonfinite = 0, n_bad = 0;
+    double max_err = 0.0, sq_err = 0.0, sq_ref = 0.0;
+    const long long step = (long long)gridDim.x * (long long)blockDim.x;
+    for (long long i = (long long)blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step) {
+        const BITS b = out[i];
+        const double r = ref[i];
+        const bool poison = (b == (BITS)POISON);
+        const double v = DECODE;
+        const bool fin_out = isfinite(v), fin_ref = isfinite(r);
+        n_poison += poison ? 1ull : 0ull;
+        n_nonfinite += (!fin_out && !poison) ? 1ull : 0ull;
+        n_ref_nonfinite += fin_ref ? 0ull : 1ull;
+        const double err = (fin_out && fin_ref) ? fabs(__dsub_rn(v, r)) : 0.0;
+        const double aref = fin_ref ? fabs(r) : 0.0;
+        n_bad += (err > __dadd_rn(atol, __dmul_rn(rtol, aref))) ? 1ull : 0ull;   /* no FMA: as numpy */
+        max_err = fmax(max_err, err);
+        sq_err += err * err;
+        sq_ref += aref * aref;
+    }
+    const unsigned int t = threadIdx.x;
+    s_c[0][t] = n_poison; s_c[1][t] = n_nonfinite; s_c[2][t] = n_ref_nonfinite; s_c[3][t] = n_bad;
+    s_d[0][t] = max_err; s_d[1][t] = sq_err; s_d[2][t] = sq_ref;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) {
+            for (int k = 0; k < 4; ++k) s_c[k][t] += s_c[k][t + s];
+            s_d[0][t] = fmax(s_d[0][t], s_d[0][t + s]);
+            s_d[1][t] += s_d[1][t + s];
+            s_d[2][t] += s_d[2][t + s];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        double* p = partials + 7ll * blockIdx.x;
+        for (int k = 0; k < 4; ++k) p[k] = (double)s_c[k][0];
+        p[4] = s_d[0][0]; p[5] = s_d[1][0]; p[6] = s_d[2][0];
+    }
+}
+"""
+
+_COUNT_DIFF_SRC = r"""
+extern "C" __global__ void jf_count_diff_NAME(const WORD* __restrict__ a, const WORD* __restrict__ b, long long n,
+                                              unsigned long long* partials) {
+    __shared__ unsigned long long s_c[256];
+    unsigned long long c = 0;
+    const long long step = (long long)gridDim.x * (long long)blockDim.x;
+    for (long long i = (long long)blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step)
+        c += (a[i] != b[i]) ? 1ull : 0ull;
+    const unsigned int t = threadIdx.x;
+    s_c[t] = c;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) s_c[t] += s_c[t + s];
+        __syncthreads();
+    }
+    if (t == 0) partials[blockIdx.x] = s_c[0];
+}
+"""
+
+_FINGERPRINT_SRC = r"""
+extern "C" __global__ void jf_fingerprint_NAME(const WORD* __restrict__ a, long long n, unsigned long long* partials) {
+    __shared__ unsigned long long s_1[256], s_2[256];
+    unsigned long long s1 = 0, s2 = 0;                        /* sums mod 2**64 (wrap-around) */
+    const long long step = (long long)gridDim.x * (long long)blockDim.x;
+    for (long long i = (long long)blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step) {
+        const unsigned long long v = (unsigned long long)a[i];
+        s1 += v;
+        s2 += v * ((unsigned long long)(i % 65521ll) + 1ull);
+    }
+    const unsigned int t = threadIdx.x;
+    s_1[t] = s1; s_2[t] = s2;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) { s_1[t] += s_1[t + s]; s_2[t] += s_2[t + s]; }
+        __syncthreads();
+    }
+    if (t == 0) { partials[2ll * blockIdx.x] = s_1[0]; partials[2ll * blockIdx.x + 1] = s_2[0]; }
+}
+"""
+
+
+def kernel_sources() -> dict[str, str]:
+    """Every raw kernel of this module: name -> full CUDA source (what cupy.RawKernel compiles)."""
+    out = {}
+    for dt, (bits, poison, decode) in _DECODE.items():
+        body = _STATS_SRC.replace("NAME", dt).replace("BITS", bits).replace("POISON", poison).replace("DECODE", decode)
+        out[f"jf_stats_{dt}"] = CUDA_COMMON + body
+    for size, word in _WORDS.items():
+        out[f"jf_count_diff_u{8 * size}"] = _COUNT_DIFF_SRC.replace("NAME", f"u{8 * size}").replace("WORD", word)
+        out[f"jf_fingerprint_u{8 * size}"] = _FINGERPRINT_SRC.replace("NAME", f"u{8 * size}").replace("WORD", word)
+    return out
+
+
+_SOURCES = kernel_sources()
+_RAW: dict[str, Any] = {}
+
+
+def _raw_kernel(name: str) -> Any:
+    """cupy.RawKernel `name`, compiled once per process (cupy also caches the cubin on disk)."""
+    k = _RAW.get(name)
+    if k is None:
+        import cupy  # noqa: PLC0415 - only reached with cupy arrays
+        k = _RAW[name] = cupy.RawKernel(_SOURCES[name], name)
+    return k
+
+
+def _grid(n: int) -> int:
+    return max(1, min(MAX_BLOCKS, -(-int(n) // THREADS)))
+
+
+def _chunk_stats(out: Any, ref: Any, tol: Tolerance, dtype: str) -> np.ndarray:
+    """The 7 statistics of one flat chunk with array code: the specification of jf_stats_*.
+
+    poison = still the poison pattern; nonfinite = NaN/inf that is not poison; err = |out - ref|
+    where both are finite (else 0); bad = err > atol + rtol*|ref| (|ref| taken as 0 where the
+    reference is not finite)."""
+    xp = array_module(out)
+    poison = dtypes.is_poison(out, dtype)
+    vals = dtypes.to_float64(out, dtype)
+    ref = ref.astype(xp.float64, copy=False)
+    fin_out = xp.isfinite(vals)
+    fin_ref = xp.isfinite(ref)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = xp.where(fin_out & fin_ref, xp.abs(vals - ref), 0.0)
+        aref = xp.where(fin_ref, xp.abs(ref), 0.0)
+    bad = err > tol.atol + tol.rtol * aref
+    return np.array([int(poison.sum()), int((~fin_out & ~poison).sum()), int((~fin_ref).sum()), int(bad.sum()),
+                     float(err.max()) if err.size else 0.0, float((err * err).sum()), float((aref * aref).sum())],
+                    dtype=np.float64)
+
+
+def _stats(out: Any, ref: Any, tol: Tolerance, dtype: str, chunk: int) -> np.ndarray:
+    """The 7 statistics over a whole flat output: one fused kernel and one sync on cupy, chunked
+    array code on numpy."""
+    xp = array_module(out)
+    n = int(out.size)
+    total = np.zeros(N_STATS, dtype=np.float64)
+    if n == 0:
+        return total
+    if xp is not np:
+        grid = _grid(n)
+        partials = xp.empty((grid, N_STATS), dtype=xp.float64)
+        bits = xp.ascontiguousarray(out).view(dtypes.bits_dtype(dtype))
+        ref = xp.ascontiguousarray(ref, dtype=xp.float64)
+        _raw_kernel(f"jf_stats_{dtype}")((grid,), (THREADS,), (bits, ref, np.int64(n), np.float64(tol.atol),
+                                                                 np.float64(tol.rtol), partials))
+        parts = partials.get()                           # the one host sync
+        total[:4] = parts[:, :4].sum(axis=0)
+        total[4] = parts[:, 4].max()
+        total[5:] = parts[:, 5:].sum(axis=0)
+        return total
+    for start in range(0, n, max(1, int(chunk))):
+        stop = min(n, start + int(chunk))
+        part = _chunk_stats(out[start:stop], ref[start:stop], tol, dtype)
+        total[:4] += part[:4]
+        total[4] = max(total[4], part[4])
+        total[5:] += part[5:]
+    return total
+
+
+def _first_of(kind: str, out: Any, ref: Any, tol: Tolerance, dtype: str, chunk: int) -> int:
+    """Flat index of the first element of `kind` (poison | nonfinite | ref_nonfinite | bad), with the
+    definitions of `_chunk_stats`; only called when that kind was counted."""
+    xp = array_module(out)
+    n = int(out.size)
+    for start in range(0, n, max(1, int(chunk))):
+        stop = min(n, start + int(chunk))
+        o, r = out[start:stop], ref[start:stop].astype(xp.float64, copy=False)
+        if kind == "ref_nonfinite":
+            mask = ~xp.isfinite(r)
+        else:
+            poison = dtypes.is_poison(o, dtype)
+            if kind == "poison":
+                mask = poison
+            else:
+                vals = dtypes.to_float64(o, dtype)
+                fin_out = xp.isfinite(vals)
+                if kind == "nonfinite":
+                    mask = ~fin_out & ~poison
+                else:
+                    fin_ref = xp.isfinite(r)
+                    with np.errstate(invalid="ignore", over="ignore"):
+                        err = xp.where(fin_out & fin_ref, xp.abs(vals - r), 0.0)
+                        aref = xp.where(fin_ref, xp.abs(r), 0.0)
+                    mask = err > tol.atol + tol.rtol * aref
+        if bool(mask.any()):
+            return start + _first(xp, mask)
+    raise AssertionError(f"no element of kind {kind!r} found although the fused pass counted one")
+
+
+def _element(out: Any, ref: Any, i: int, dtype: str) -> tuple[float, float]:
+    """(value, reference) of flat element i as Python floats."""
+    xp = array_module(out)
+    v = dtypes.to_float64(xp.ascontiguousarray(out[i:i + 1]), dtype).reshape(1)
+    r = ref[i:i + 1].astype(xp.float64).reshape(1)
+    both = xp.concatenate([v, r])
+    host = both.get() if xp is not np else both
+    return float(host[0]), float(host[1])
 
 
 def check_output(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, name: str = "out",
                  chunk: int = DEFAULT_CHUNK) -> CheckResult:
-    """Judge one output (storage array: bf16 as uint16 bits) against its float64 reference."""
+    """Judge one output (storage array: bf16 as uint16 bits) against its float64 reference.
+
+    One fused pass (one host sync on cupy) computes every count and sum; the first offending
+    element is looked up only when something failed. `chunk` bounds the temporaries of the array
+    code (numpy, and the failure path); the cupy statistics need none."""
     xp = array_module(out)
     ref_f64 = xp.asarray(ref_f64)
     if tuple(out.shape) != tuple(ref_f64.shape):
         return CheckResult(False, None, None,
                            f"{name}: shape {tuple(out.shape)} differs from the reference's {tuple(ref_f64.shape)}")
-    checker = OutputChecker(tol, dtype, name, tuple(out.shape))
-    flat_out, flat_ref = out.reshape(-1), ref_f64.reshape(-1)
-    n = int(flat_out.size)
-    if n == 0:
-        checker.update(flat_out, flat_ref, 0)
-    for start in range(0, n, max(1, int(chunk))):
-        stop = min(n, start + int(chunk))
-        checker.update(flat_out[start:stop], flat_ref[start:stop], start)
-    return checker.result()
+    dtype = dtypes.canonical(dtype)
+    shape = tuple(out.shape)
+    flat_out = xp.ascontiguousarray(out).reshape(-1)
+    flat_ref = ref_f64.reshape(-1)
+    total = int(flat_out.size)
+    st = _stats(flat_out, flat_ref, tol, dtype, chunk)
+    n_poison, n_nonfinite, n_ref_nonfinite, n_bad = (int(v) for v in st[:4])
+    max_err, sum_sq_err, sum_sq_ref = float(st[4]), float(st[5]), float(st[6])
+
+    def first(kind: str) -> int:
+        return _first_of(kind, flat_out, flat_ref, tol, dtype, chunk)
+
+    if n_poison:
+        return CheckResult(False, None, None,
+                           f"element {name}{format_index(first('poison'), shape)} not written "
+                           f"(poison NaN remains); {n_poison} of {total} elements not written")
+    if n_nonfinite:
+        i = first("nonfinite")
+        v, r = _element(flat_out, flat_ref, i, dtype)
+        what = "NaN" if math.isnan(v) else "inf"
+        return CheckResult(False, None, None,
+                           f"{name}{format_index(i, shape)} is {what} (reference {_num(r)}); "
+                           f"{n_nonfinite} of {total} elements are NaN/inf")
+    if n_ref_nonfinite:
+        return CheckResult(False, None, None,
+                           f"the reference for {name}{format_index(first('ref_nonfinite'), shape)} is not "
+                           f"finite ({n_ref_nonfinite} elements): the inputs or the reference are broken")
+    rel = math.sqrt(sum_sq_err) / math.sqrt(sum_sq_ref) if sum_sq_ref > 0 else math.sqrt(sum_sq_err)
+    if n_bad:
+        i = first("bad")
+        v, r = _element(flat_out, flat_ref, i, dtype)
+        e, b = abs(v - r), tol.atol + tol.rtol * abs(r)
+        return CheckResult(False, max_err, rel,
+                           f"{name}{format_index(i, shape)} = {_num(v)} but the reference is {_num(r)} "
+                           f"(|err| {_num(e)} > atol + rtol*|ref| = {_num(b)}); {n_bad} of {total} "
+                           f"elements out of tolerance (atol {tol.atol:g}, rtol {tol.rtol:g}), "
+                           f"max |err| {_num(max_err)}")
+    if tol.rel_l2 is not None and rel > tol.rel_l2:
+        return CheckResult(False, max_err, rel,
+                           f"{name}: relative L2 error {_num(rel)} > {tol.rel_l2:g} "
+                           f"(every element within atol/rtol, max |err| {_num(max_err)})")
+    return CheckResult(True, max_err, rel, "")
 
 
 def _unsigned(a: Any) -> Any:
@@ -226,17 +407,67 @@ def _first_difference(before: Any, after: Any, name: str, chunk: int) -> Verdict
                           f"(bits 0x{old:0{width}x} -> 0x{new:0{width}x}); {n_diff} of {total} elements changed")
 
 
+def _words(a: Any) -> Any:
+    """The array's bytes as the widest unsigned words that tile it (for a fast equality count)."""
+    xp = array_module(a)
+    a = xp.ascontiguousarray(a).reshape(-1)
+    nbytes = int(a.nbytes)
+    for size in (8, 4, 2, 1):
+        if nbytes % size == 0 and a.dtype.itemsize <= size:
+            return a.view({1: xp.uint8, 2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[size])
+    return _unsigned(a)
+
+
+def _launch_count_diff(b: Any, a: Any) -> Any:
+    """How many words differ: an int (numpy), or per-block partial counts on the device (cupy,
+    no sync)."""
+    xp = array_module(a)
+    wa, wb = _words(a), _words(xp.asarray(b))
+    n = int(wa.size)
+    if xp is np:
+        return int(np.count_nonzero(wa != wb))
+    partials = xp.zeros(_grid(n), dtype=xp.uint64)
+    if n:
+        _raw_kernel(f"jf_count_diff_u{8 * wa.dtype.itemsize}")((int(partials.size),), (THREADS,),
+                                                               (wa, wb, np.int64(n), partials))
+    return partials
+
+
+def _host_sums(xp: Any, parts: list[Any]) -> list[int]:
+    """Sum every entry of `parts` (ints, or device partial arrays fetched in ONE transfer)."""
+    if xp is np:
+        return [int(p) for p in parts]
+    sizes = [int(p.size) for p in parts]
+    flat = xp.concatenate([p.reshape(-1) for p in parts]).get() if parts else np.zeros(0, np.uint64)
+    out, pos = [], 0
+    for k in sizes:
+        out.append(int(sum(int(v) for v in flat[pos:pos + k])))
+        pos += k
+    return out
+
+
 def inputs_unchanged(before: Any, after: Any, *, name: str = "input", chunk: int = DEFAULT_CHUNK) -> Verdict:
-    """Bitwise equality of inputs before and after a launch: arrays, or mappings name -> array."""
+    """Bitwise equality of inputs before and after a launch: arrays, or mappings name -> array.
+
+    One fused comparison per array (as the widest words that tile it) and one host sync for all;
+    the first changed element is located only when something changed."""
     if isinstance(before, Mapping):
         if set(before) != set(after):
             return Verdict(False, f"input buffers differ: {sorted(before)} vs {sorted(after)}")
-        for key in before:
-            v = _first_difference(before[key], after[key], str(key), chunk)
-            if not v:
-                return v
+        pairs = [(str(k), before[k], after[k]) for k in before]
+    else:
+        pairs = [(name, before, after)]
+    for key, b, a in pairs:
+        if tuple(b.shape) != tuple(a.shape) or b.dtype != a.dtype:
+            return _first_difference(b, a, key, chunk)
+    if not pairs:
         return Verdict(True)
-    return _first_difference(before, after, name, chunk)
+    xp = array_module(pairs[0][2])
+    counts = _host_sums(xp, [_launch_count_diff(b, a) for _, b, a in pairs])
+    for (key, b, a), n in zip(pairs, counts):
+        if n:
+            return _first_difference(b, a, key, chunk)
+    return Verdict(True)
 
 
 def guard_intact(guard: Any, dtype: str, *, name: str = "out", where: str = "after") -> Verdict:
@@ -264,16 +495,42 @@ def fingerprint(a: Any, chunk: int = 1 << 24) -> tuple[int, int]:
     """(sum of words, position-weighted sum of words) mod 2**64 over the array's bits.
 
     Position-sensitive (swapping two elements changes it) and order-independent in its
-    arithmetic, so numpy and cupy give the same value for the same bits."""
-    xp = array_module(a)
-    u = _unsigned(a)
-    total = int(u.size)
-    s1 = s2 = 0
+    arithmetic, so numpy and cupy give the same value for the same bits. The words are the
+    array's elements as unsigned integers; element i is weighted by (i mod 65521) + 1."""
+    return fingerprints({"a": a}, chunk=chunk)["a"]
+
+
+def fingerprints(arrays: Mapping[str, Any], chunk: int = 1 << 24) -> dict[str, tuple[int, int]]:
+    """`fingerprint` of every array of a mapping; on cupy one fused kernel each and ONE sync."""
     mask = (1 << 64) - 1
-    for start in range(0, total, max(1, int(chunk))):
-        stop = min(total, start + int(chunk))
-        v = u[start:stop].astype(xp.uint64)
-        w = xp.arange(start, stop, dtype=xp.uint64) % xp.uint64(65521) + xp.uint64(1)
-        s1 = (s1 + int(v.sum(dtype=xp.uint64))) & mask
-        s2 = (s2 + int((v * w).sum(dtype=xp.uint64))) & mask
-    return s1, s2
+    out: dict[str, tuple[int, int]] = {}
+    device: list[tuple[str, Any]] = []
+    for key, a in arrays.items():
+        xp = array_module(a)
+        u = _unsigned(a)
+        total = int(u.size)
+        if xp is not np:
+            partials = xp.zeros((_grid(total), 2), dtype=xp.uint64)
+            if total:
+                _raw_kernel(f"jf_fingerprint_u{8 * u.dtype.itemsize}")((int(partials.shape[0]),), (THREADS,),
+                                                                       (u, np.int64(total), partials))
+            device.append((key, partials))
+            continue
+        s1 = s2 = 0
+        for start in range(0, total, max(1, int(chunk))):
+            stop = min(total, start + int(chunk))
+            v = u[start:stop].astype(np.uint64)
+            w = np.arange(start, stop, dtype=np.uint64) % np.uint64(65521) + np.uint64(1)
+            s1 = (s1 + int(v.sum(dtype=np.uint64))) & mask
+            s2 = (s2 + int((v * w).sum(dtype=np.uint64))) & mask
+        out[key] = (s1, s2)
+    if device:
+        xp = array_module(device[0][1])
+        host = xp.concatenate([p.reshape(-1) for _, p in device]).get()     # the one sync
+        pos = 0
+        for key, p in device:
+            k = int(p.size)
+            part = host[pos:pos + k].reshape(-1, 2)
+            pos += k
+            out[key] = (sum(int(v) for v in part[:, 0]) & mask, sum(int(v) for v in part[:, 1]) & mask)
+    return {key: out[key] for key in arrays}

@@ -435,7 +435,7 @@ def test_bench_timing_data_is_cached_across_jobs():
 
 
 def test_bench_catches_a_kernel_that_stops_working_while_timed():
-    # honest through verification (4 calls per case), lazy afterwards
+    # honest through verification (2 calls per BENCH case) and warm-up, lazy afterwards
     r = runner({"lazy": CountingKernel(4, k_no_work)}, l2_bytes=1 << 22)
     res = r.run(job("lazy", BENCH, cases=[FAMILY.make_case(7, 520, "bf16")]))
     assert res.status is Status.WRONG_RESULT
@@ -464,3 +464,86 @@ def test_large_cases_use_the_device_path():
     assert res.status is Status.OK, res.message
     res = r.run(job("partial"))
     assert res.status is Status.WRONG_RESULT
+
+
+
+# -- the faster judge: fewer BENCH rounds, reused buffers, cached verdicts, pooled baselines ---------------
+def test_bench_verifies_in_two_rounds_and_check_in_four():
+    r = runner(KERNELS)
+    case = FAMILY.make_case(7, 520, "bf16")
+    assert r.run(job("good", CHECK, cases=[case])).status is Status.OK
+    assert r.backend.launches == 4
+    r.backend.launches = 0
+    res = r.run(job("good", BENCH, cases=[case], baselines=()))
+    assert res.status is Status.OK, res.message
+    assert r.backend.launches == 2 + 2 + 6        # 2 verification rounds, warm-up 2, reps 6
+
+
+def test_bench_rounds_still_catch_a_pointer_cache():
+    _CACHE.clear()
+    res = runner(KERNELS).run(job("cache_by_pointer", BENCH, cases=[FAMILY.make_case(7, 520, "bf16")]))
+    assert res.status is Status.WRONG_RESULT
+    assert "wide inputs, call 2" in res.cases[0].message and "same buffers" in res.cases[0].message
+
+
+def test_verification_buffers_are_reused_for_the_same_shapes():
+    r = runner(KERNELS)
+    ins, outs = FAMILY.io(FAMILY.make_case(7, 520, "bf16"))
+    a = r._verify_buffers(ins, outs)
+    b = r._verify_buffers(ins, outs)
+    assert a[0]["x"] is b[0]["x"] and a[1]["y"] is b[1]["y"]
+    c = r._verify_buffers(*FAMILY.io(FAMILY.make_case(1, 256, "fp32")))
+    assert c[0]["x"] is not a[0]["x"]
+    assert r.run(job("good")).status is Status.OK     # shapes alternate between cases
+
+
+def test_a_baseline_is_checked_against_the_reference_once_per_case(monkeypatch):
+    r = runner(KERNELS)
+    calls = []
+    orig = r._check_baseline
+
+    def counting(*a, **kw):
+        calls.append(a[-1])
+        return orig(*a, **kw)
+
+    monkeypatch.setattr(r, "_check_baseline", counting)
+    case = FAMILY.make_case(1, 256, "fp32")
+    n_sets = []
+    for _ in range(2):
+        res = r.run(job("good", BENCH, cases=[case], baselines=("numpy", "wrong")))
+        assert res.status is Status.OK and "baseline wrong: disagrees with the reference" in res.cases[0].message
+        n_sets.append(len(next(iter(r._timing.values())).sets))
+        r._timing.clear()                             # the timing data is rebuilt, the verdict kept
+    assert sorted(calls) == sorted(["numpy", "wrong"] * n_sets[0])   # every set, first time only
+
+
+def test_device_made_timing_sets_keep_no_reference_but_are_still_checked():
+    r = runner({"good": k_good, "lazy": CountingKernel(4, k_no_work)}, host_limit_elems=100, l2_bytes=1 << 22)
+    case = FAMILY.make_case(7, 520, "bf16")
+    res = r.run(job("good", BENCH, cases=[case]))
+    assert res.status is Status.OK, res.message
+    td = next(iter(r._timing.values()))
+    assert all(ref is None for ref in td.refs) and len(td.out_sets) == len(td.sets)
+    res = r.run(job("lazy", BENCH, cases=[case]))
+    assert res.status is Status.WRONG_RESULT and "[timed launches" in res.cases[0].message
+    assert "not written" in res.cases[0].message
+
+
+def test_baselines_are_sampled_less_once_pooled(monkeypatch):
+    monkeypatch.setattr(dev, "BASELINE_POOL_MIN", 6)
+    monkeypatch.setattr(dev, "BASELINE_POOL_SIZE", 9)
+    r = runner(KERNELS, l2_bytes=1)                  # one input set
+    case = FAMILY.make_case(1, 256, "fp32")
+    first = r.run(job("good", BENCH, cases=[case], baseline_reps_after_first=2)).cases[0]
+    assert first.samples == 6 and "numpy" in first.baselines_us and "pooled" not in first.message
+    assert r.backend.flushes == 8 * 2                 # candidate and baseline in every round
+    r.backend.flushes = 0
+    second = r.run(job("good", BENCH, cases=[case], baseline_reps_after_first=2)).cases[0]
+    assert second.status is Status.OK and second.samples == 6
+    assert r.backend.flushes == 8 + 2                 # the baseline only twice
+    assert "baseline numpy: median of the last 8 pooled samples on this case (2 from this job)" in second.message
+    pool = r._baseline_pool[("fake_rmsnorm", "fake_root", case.id, "numpy", True, 1)]
+    assert len(pool) == 8 and second.baselines_us["numpy"] == pytest.approx(dev.median_iqr(pool)[0] * 1e3)
+    for _ in range(2):
+        r.run(job("good", BENCH, cases=[case]))
+    assert len(pool) == 9                             # only the last BASELINE_POOL_SIZE are kept

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -143,3 +145,68 @@ def test_poison_is_a_distinctive_quiet_nan(name, canonical_nans):
 
 def test_array_module_is_numpy_for_numpy():
     assert dtypes.array_module(np.zeros(1)) is np
+
+
+# -- the fused device conversions (cupy.ElementwiseKernel sources) ---------------------------------------
+import shutil  # noqa: E402
+
+import cuda_host  # noqa: E402  (tests/cuda_host.py; pytest puts tests/ on sys.path)
+
+
+def _ew_wrapper(name: str) -> str:
+    tin, tout = (cuda_host.CTYPES[p.split()[0]] for p in dtypes.ELEMENTWISE[name][:2])
+    return (f'extern "C" void run_{name}(const {tin}* a, {tout}* b, long long n, int grid) {{\n'
+            + cuda_host.grid_loop(f"{name}(a, b, n)") + "}\n")
+
+
+def _ew_source() -> str:
+    return dtypes.CUDA_PREAMBLE + "".join(cuda_host.elementwise_as_kernel(n, *spec)
+                                          for n, spec in dtypes.ELEMENTWISE.items())
+
+
+def _run_ew(name: str, a: np.ndarray, out_dtype, grid: int = 3) -> np.ndarray:
+    lib = cuda_host.host_library(_ew_source(), "".join(_ew_wrapper(n) for n in dtypes.ELEMENTWISE))
+    a = np.ascontiguousarray(a)
+    b = np.empty(a.shape, dtype=out_dtype)
+    getattr(lib, f"run_{name}")(a.ctypes.data_as(ctypes.c_void_p), b.ctypes.data_as(ctypes.c_void_p),
+                                ctypes.c_longlong(a.size), ctypes.c_int(grid))
+    return b
+
+
+def test_fused_conversion_kernels_compile_for_sm90a(tmp_path):
+    if cuda_host.nvcc() is None:
+        pytest.skip("nvcc not found")
+    proc = cuda_host.nvcc_cubin(_ew_source(), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _special_f64() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal(20000) * 10.0 ** rng.uniform(-45, 39, 20000)
+    f32max = float(np.finfo(np.float32).max)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0, f32max, -f32max, 3.4e38, 3.5e38, 1e300,
+                -1e300, 1e-300, -1e-300, 1e-45, 1.4e-45, 1e-39, 2.0 ** -133, 2.0 ** -134, 2.0 ** -126,
+                1.0 + 2.0 ** -8, 1.0 + 2.0 ** -8 + 2.0 ** -40, 1.0 + 2.0 ** -8 - 2.0 ** -40, 1.0 + 3 * 2.0 ** -8,
+                (3.3895313892515355e38 + 2.0 ** 128) / 2, np.nextafter((3.3895313892515355e38 + 2.0 ** 128) / 2, 0)]
+    with np.errstate(invalid="ignore"):
+        ties = (rng.integers(0, 1 << 16, 2000).astype(np.uint32) << 16 | 0x8000).view(np.float32).astype(np.float64)
+    near = ties + ties * rng.choice([-1e-12, 1e-12], 2000)
+    return np.concatenate([base, np.array(specials), ties, near])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+def test_fused_conversions_equal_the_numpy_spec():
+    a64 = _special_f64()
+    got = _run_ew("jf_cvt_f64_bf16", a64, np.uint16)
+    np.testing.assert_array_equal(got, dtypes.f64_to_bf16_bits(a64))
+    with np.errstate(over="ignore", invalid="ignore"):
+        a32 = a64.astype(np.float32)
+    a32 = np.concatenate([a32, np.arange(0, 1 << 32, 65537, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    np.testing.assert_array_equal(_run_ew("jf_cvt_f32_bf16", a32, np.uint16), dtypes.f32_to_bf16_bits(a32))
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    f32 = _run_ew("jf_cvt_bf16_f32", bits, np.float32)
+    np.testing.assert_array_equal(f32.view(np.uint32), dtypes.bf16_bits_to_f32(bits).view(np.uint32))
+    f64 = _run_ew("jf_cvt_bf16_f64", bits, np.float64)
+    ref = dtypes.to_float64(bits, "bf16")
+    assert np.array_equal(f64, ref, equal_nan=True)
+    assert np.array_equal(np.signbit(f64[~np.isnan(f64)]), np.signbit(ref[~np.isnan(ref)]))

@@ -304,3 +304,82 @@ def test_cheat_variant_compiles_for_sm90a(variant, tmp_path):
         return
     assert proc.returncode == 0, log
     assert (tmp_path / f"{variant}.cubin").stat().st_size > 0
+
+
+# -- fused device kernels of the operation (cupy Elementwise/ReductionKernel sources) ---------------------
+import ctypes  # noqa: E402
+import shutil as _shutil  # noqa: E402
+
+import cuda_host  # noqa: E402  (tests/cuda_host.py)
+
+
+def _op_kernel_source(names=None) -> str:
+    parts = []
+    for name, (kind, in_p, out_p, body) in op.CUPY_KERNELS.items():
+        if names is not None and name not in names:
+            continue
+        make = cuda_host.reduction_map_as_kernel if kind == "reduction" else cuda_host.elementwise_as_kernel
+        parts.append(make(name, in_p, out_p, body))
+    return "".join(parts)
+
+
+def test_operation_kernels_compile_for_sm90a(tmp_path):
+    if cuda_host.nvcc() is None:
+        pytest.skip("nvcc not found")
+    src = "#include <cuda_fp16.h>\ntypedef __half float16;\n" + _op_kernel_source()
+    proc = cuda_host.nvcc_cubin(src, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(_shutil.which("g++") is None, reason="g++ not found")
+def test_operation_kernels_equal_the_numpy_spec():
+    names = ["jf_rms_away32", "jf_rms_wide", "jf_rms_sumsq_bf16", "jf_rms_sumsq_fp32", "jf_rms_y_bf16", "jf_rms_y_fp32"]
+    sigs = {n: op.CUPY_KERNELS[n] for n in names}
+    wrappers = []
+    for n, (kind, in_p, out_p, _) in sigs.items():
+        params = cuda_host._params(in_p) + cuda_host._params(out_p)
+        decl = ", ".join(f"{cuda_host.CTYPES[t]}* {v}" for t, v in params)
+        call = f"{n}({', '.join(v for _, v in params)}, n)"
+        wrappers.append(f'extern "C" void run_{n}({decl}, long long n, int grid) {{\n' + cuda_host.grid_loop(call) + "}\n")
+    lib = cuda_host.host_library(_op_kernel_source(set(names)), "".join(wrappers))
+
+    def run(name, *arrays):
+        ptrs = [ctypes.c_void_p(np.ascontiguousarray(a).ctypes.data) for a in arrays]
+        getattr(lib, f"run_{name}")(*ptrs, ctypes.c_longlong(arrays[0].size), ctypes.c_int(3))
+
+    rng = np.random.default_rng(9)
+    v = np.concatenate([rng.standard_normal(4000).astype(np.float32) * 1e-3,
+                        np.array([0.0, -0.0, 1e-3, -1e-3, 0.00099, -0.00099, 5.0], np.float32)])
+    y = np.empty_like(v)
+    run("jf_rms_away32", v, y)
+    np.testing.assert_array_equal(y, op._away_from_zero(np, v))
+    case = fam(with_rstd=True).make_case(7, 520, "bf16")
+    for dt in ("bf16", "fp32"):
+        case = fam(with_rstd=True).make_case(7, 520, dt)
+        inputs = fam(with_rstd=True).make_inputs(case, np.random.default_rng(3), "wide")
+        ref = fam(with_rstd=True).reference(case, inputs)
+        x = np.ascontiguousarray(inputs["x"]).reshape(-1)
+        sq = np.empty(x.size)
+        run(f"jf_rms_sumsq_{dt}", x, sq)
+        rstd = 1.0 / np.sqrt(sq.reshape(7, 520).sum(axis=1) / 520 + 1e-6)
+        np.testing.assert_allclose(rstd, ref["rstd"], rtol=1e-14)
+        r = np.repeat(ref["rstd"], 520)
+        w = np.tile(dtypes.to_float64(inputs["w"], "fp32"), 7)
+        yy = np.empty(x.size)
+        run(f"jf_rms_y_{dt}", x, r, w, yy)
+        np.testing.assert_array_equal(yy.reshape(7, 520), ref["y"])
+    u, s = rng.uniform(0, 1, 1000), rng.uniform(0, 1, 1000)
+    lo, span = np.full(1000, -3.0), np.full(1000, 6.0)
+    out = np.empty(1000)
+    run("jf_rms_wide", u, s, lo, span, out)
+    np.testing.assert_allclose(out, np.where(s < 0.5, -1.0, 1.0) * np.power(10.0, lo + span * u), rtol=1e-15)
+
+
+def test_wide_rows_kinds_are_per_row_vectors():
+    x = op._wide_rows(np, np.random.default_rng(0), 5, 13, 2000)
+    mag = np.log10(np.abs(x))
+    kinds = np.arange(5, 13) % 4
+    assert (mag[kinds == 1] <= -1 + 1e-12).all() and (mag[kinds == 1] >= -3 - 1e-12).all()
+    assert (mag[kinds == 2] >= 1 - 1e-12).all() and (mag[kinds == 2] <= 3 + 1e-12).all()
+    assert mag[kinds == 0].min() < -2.5 and mag[kinds == 3].max() > 2.5
+    assert 0.4 < (x < 0).mean() < 0.6

@@ -173,3 +173,120 @@ def test_fingerprint_is_position_sensitive_and_chunk_independent():
     c[999] ^= 1
     assert verify.fingerprint(c) != f
     assert verify.fingerprint(np.ones((3, 5), dtype=np.float32)) == verify.fingerprint(np.ones(15, dtype=np.float32))
+
+
+# -- the fused device kernels (cupy.RawKernel sources), compiled for sm_90a and run on the host --------
+import ctypes  # noqa: E402
+import shutil  # noqa: E402
+
+import cuda_host  # noqa: E402  (tests/cuda_host.py)
+
+
+def test_raw_kernels_compile_for_sm90a(tmp_path):
+    if cuda_host.nvcc() is None:
+        pytest.skip("nvcc not found")
+    for name, src in verify.kernel_sources().items():
+        assert f'extern "C" __global__ void {name}(' in src
+        proc = cuda_host.nvcc_cubin(src, tmp_path)
+        assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
+
+
+def _host_lib():
+    srcs = verify.kernel_sources()
+    wrappers = []
+    for dt, (bits, _, _) in verify._DECODE.items():
+        wrappers.append(f'extern "C" void run_stats_{dt}(const {bits}* o, const double* r, long long n, double atol, '
+                        f'double rtol, double* p, int grid) {{\n'
+                        + cuda_host.grid_loop(f"jf_stats_{dt}(o, r, n, atol, rtol, p)") + "}\n")
+    for size, word in verify._WORDS.items():
+        u = f"u{8 * size}"
+        wrappers.append(f'extern "C" void run_count_diff_{u}(const {word}* a, const {word}* b, long long n, '
+                        f'unsigned long long* p, int grid) {{\n'
+                        + cuda_host.grid_loop(f"jf_count_diff_{u}(a, b, n, p)") + "}\n")
+        wrappers.append(f'extern "C" void run_fingerprint_{u}(const {word}* a, long long n, unsigned long long* p, '
+                        f'int grid) {{\n' + cuda_host.grid_loop(f"jf_fingerprint_{u}(a, n, p)") + "}\n")
+    # the stats kernels share CUDA_COMMON: define it once
+    body = verify.CUDA_COMMON + "".join(v.replace(verify.CUDA_COMMON, "") for v in srcs.values())
+    return cuda_host.host_library(body, "".join(wrappers))
+
+
+def _p(a):
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def _host_stats(out, ref, tol, dt, grid=5):
+    lib = _host_lib()
+    bits = np.ascontiguousarray(out).reshape(-1).view(dtypes.bits_dtype(dt))
+    ref = np.ascontiguousarray(ref, dtype=np.float64).reshape(-1)
+    parts = np.zeros((grid, verify.N_STATS))
+    getattr(lib, f"run_stats_{dt}")(_p(bits), _p(ref), ctypes.c_longlong(bits.size), ctypes.c_double(tol.atol),
+                                     ctypes.c_double(tol.rtol), _p(parts), ctypes.c_int(grid))
+    return np.concatenate([parts[:, :4].sum(axis=0), [parts[:, 4].max()], parts[:, 5:].sum(axis=0)])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32", "fp64"])
+def test_stats_kernel_equals_the_array_spec(dt):
+    rng = np.random.default_rng(1)
+    tol = Tolerance(atol=1e-2, rtol=1.6e-2, rel_l2=1e-2)
+    ref = rng.standard_normal(5000) * 10.0 ** rng.uniform(-3, 3, 5000)
+    out = dtypes.quantize(ref, dt)
+    flat = out.reshape(-1)
+    bits = flat.view(dtypes.bits_dtype(dt))
+    bits[[3, 900]] = dtypes.poison_bits(dt)                                      # not written
+    flat[[10, 11, 12]] = dtypes.quantize(np.array([np.nan, np.inf, -np.inf]), dt)  # NaN/inf
+    flat[20:40] = dtypes.quantize(ref[20:40] * 1.5 + 0.1, dt)                    # out of tolerance
+    ref = ref.copy()
+    ref[[50, 4999]] = [np.nan, np.inf]                                           # broken reference
+    bound = tol.atol + tol.rtol * np.abs(ref[100])
+    ref[100] = float(dtypes.to_float64(flat[100:101], dt)[0]) + bound            # err == bound exactly: passes
+    want = verify._chunk_stats(out, ref, tol, dt)
+    got = _host_stats(out, ref, tol, dt)
+    np.testing.assert_array_equal(got[:5], want[:5])
+    np.testing.assert_allclose(got[5:], want[5:], rtol=1e-12)
+    assert want[0] == 2 and want[1] == 3 and want[2] == 2 and want[3] >= 15
+    np.testing.assert_array_equal(_host_stats(out[:0], ref[:0], tol, dt, grid=1), np.zeros(7))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+def test_count_diff_and_fingerprint_kernels_equal_numpy():
+    lib = _host_lib()
+    rng = np.random.default_rng(2)
+    for size, word in verify._WORDS.items():
+        dt = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size]
+        a = rng.integers(0, np.iinfo(dt).max, 70001, dtype=dt, endpoint=True)
+        b = a.copy()
+        b[[0, 5, 70000]] ^= 1
+        parts = np.zeros(7, dtype=np.uint64)
+        getattr(lib, f"run_count_diff_u{8 * size}")(_p(a), _p(b), ctypes.c_longlong(a.size), _p(parts), ctypes.c_int(7))
+        assert int(parts.sum()) == 3
+        fp = np.zeros((7, 2), dtype=np.uint64)
+        getattr(lib, f"run_fingerprint_u{8 * size}")(_p(a), ctypes.c_longlong(a.size), _p(fp), ctypes.c_int(7))
+        mask = (1 << 64) - 1
+        assert (sum(int(v) for v in fp[:, 0]) & mask, sum(int(v) for v in fp[:, 1]) & mask) == verify.fingerprint(a)
+
+
+def test_stats_spec_semantics():
+    """The numbers behind every verdict: counts, max |err| and the L2 sums, whatever the chunking."""
+    ref = np.array([1.0, 2.0, -3.0, 4.0, np.nan])
+    out = dtypes.quantize(np.array([1.0, 2.5, np.nan, 4.0, 1.0]), "fp32")
+    dtypes.bits_view(out, "fp32")[3] = dtypes.poison_bits("fp32")
+    st = verify._stats(out, ref, FP32, "fp32", chunk=2)
+    # poison 1 (index 3), non-finite 1 (index 2: NaN that is not poison), ref non-finite 1, bad 1 (0.5 off)
+    assert list(st[:4]) == [1, 1, 1, 1]
+    assert st[4] == 0.5 and st[5] == 0.25 and st[6] == 1.0 + 4.0 + 9.0 + 16.0
+    np.testing.assert_array_equal(st, verify._stats(out, ref, FP32, "fp32", chunk=1 << 20))
+
+
+def test_inputs_unchanged_uses_wide_words_but_reports_elements():
+    x = dtypes.quantize(_ref((3, 8)), "bf16")        # 48 bytes: compared as 6 uint64 words
+    assert verify._words(x).dtype == np.uint64 and verify._words(x[:, :3]).dtype == np.uint16
+    before = {"x": x.copy(), "w": np.ones(3, dtype=np.float32)}
+    after = {"x": x.copy(), "w": before["w"].copy()}
+    after["x"][2, 5] ^= 0x8000
+    after["x"][2, 6] ^= 1
+    v = verify.inputs_unchanged(before, after)
+    assert not v and "input x[2, 5] was modified" in v.message and "2 of 24 elements changed" in v.message
+    odd = np.arange(5, dtype=np.uint8)
+    assert verify.inputs_unchanged(odd, odd.copy())
+    assert verify.fingerprints({"a": odd, "b": x}) == {"a": verify.fingerprint(odd), "b": verify.fingerprint(x)}

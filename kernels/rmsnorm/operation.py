@@ -60,7 +60,7 @@ TOLERANCES: dict[str, Tolerance] = {
 RSTD_TOLERANCE = Tolerance(atol=1e-5, rtol=1e-5, rel_l2=1e-5)
 
 WIDE_LOG10 = (-3.0, 3.0)      # element magnitudes of the "wide" distribution: 1e-3 .. 1e3
-_CHUNK_ELEMS = 1 << 24        # rows are generated/referenced in blocks of about this many elements
+_CHUNK_ELEMS = 1 << 26        # rows are generated/referenced in blocks of about this many elements
 
 
 def _rows_per_chunk(n: int) -> int:
@@ -137,6 +137,8 @@ class RMSNormOperation(KernelFamily):
         (u in [-3, 3]), tiny (u in [-3, -1]) and huge (u in [1, 3]) kinds, random signs.
         w ~ 1 + 0.1 N(0, 1) in both. `rng` needs standard_normal(size, dtype) and
         uniform(low, high, size): a numpy Generator, or a cupy RandomState with xp=cupy.
+        Whole blocks of rows (about _CHUNK_ELEMS elements) are drawn and rounded at once; on cupy
+        each block is a few random draws plus one or two fused elementwise kernels.
         """
         xp = np if xp is None else xp
         if distribution not in ("normal", "wide"):
@@ -156,21 +158,29 @@ class RMSNormOperation(KernelFamily):
         return {"x": x, "w": w}
 
     def reference(self, case: Case, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """float64 y (and rstd) from the rounded inputs, on the inputs' device."""
+        """float64 y (and rstd) from the rounded inputs, on the inputs' device.
+
+        On cupy: one reduction kernel (sum of squares per row, in float64) and one elementwise
+        kernel writing y; numpy computes the same in blocks of rows (the specification)."""
         M, N, dt, wdt = _params(case)
         x, w = inputs["x"], inputs["w"]
         xp = array_module(x)
         eps = float(case.params.get("eps", self.eps))
         wf = dtypes.to_float64(w, wdt).reshape(1, N)
-        y = xp.empty((M, N), dtype=xp.float64)
-        rstd = xp.empty((M,), dtype=xp.float64)
-        step = _rows_per_chunk(N)
-        for r0 in range(0, M, step):
-            r1 = min(M, r0 + step)
-            xf = dtypes.to_float64(x[r0:r1], dt)
-            r = 1.0 / xp.sqrt((xf * xf).mean(axis=1) + eps)
-            rstd[r0:r1] = r
-            y[r0:r1] = xf * r[:, None] * wf
+        if xp is not np:
+            sumsq = _cupy_kernel(f"jf_rms_sumsq_{dt}")(x, axis=1)
+            rstd = 1.0 / xp.sqrt(sumsq / N + eps)
+            y = _cupy_kernel(f"jf_rms_y_{dt}")(x, rstd.reshape(M, 1), wf)
+        else:
+            y = xp.empty((M, N), dtype=xp.float64)
+            rstd = xp.empty((M,), dtype=xp.float64)
+            step = _rows_per_chunk(N)
+            for r0 in range(0, M, step):
+                r1 = min(M, r0 + step)
+                xf = dtypes.to_float64(x[r0:r1], dt)
+                r = 1.0 / xp.sqrt((xf * xf).sum(axis=1) / N + eps)
+                rstd[r0:r1] = r
+                y[r0:r1] = xf * r[:, None] * wf
         out = {"y": y}
         if case.params.get("with_rstd"):
             out["rstd"] = rstd
@@ -225,20 +235,58 @@ def _params(case: Case) -> tuple[int, int, str, str]:
 
 def _away_from_zero(xp: Any, v: Any, floor: float = 1e-3) -> Any:
     """Magnitudes below `floor` pushed out to +-floor (inputs are never zero)."""
+    if xp is not np and v.dtype == xp.float32 and floor == 1e-3:
+        return _cupy_kernel("jf_rms_away32")(v)
     small = xp.abs(v) < floor
     return xp.where(small, xp.where(v < 0, -floor, floor), v).astype(v.dtype, copy=False)
 
 
 def _wide_rows(xp: Any, rng: Any, r0: int, r1: int, n: int) -> Any:
+    """Rows r0..r1 of the "wide" distribution: the row kind (r % 4: 0, 3 mixed; 1 tiny; 2 huge)
+    fixes the exponent range, as per-row vectors broadcast over the columns."""
     lo, hi = WIDE_LOG10
     rows = r1 - r0
+    kind = np.arange(r0, r1) % 4
+    low = np.where(kind == 2, 1.0, lo).reshape(rows, 1)
+    span = (np.where(kind == 1, -1.0, hi) - low.reshape(-1)).reshape(rows, 1)
     u = xp.asarray(rng.uniform(0.0, 1.0, (rows, n))).astype(xp.float64, copy=False)
-    kind = (xp.arange(r0, r1) % 4).reshape(rows, 1)           # 0, 3: mixed; 1: tiny; 2: huge
-    low = xp.where(kind == 1, lo, xp.where(kind == 2, 1.0, lo))
-    high = xp.where(kind == 1, -1.0, xp.where(kind == 2, hi, hi))
-    exponent = low + (high - low) * u
-    sign = xp.where(xp.asarray(rng.uniform(0.0, 1.0, (rows, n))) < 0.5, -1.0, 1.0)
-    return sign * xp.power(10.0, exponent)
+    s = xp.asarray(rng.uniform(0.0, 1.0, (rows, n))).astype(xp.float64, copy=False)
+    if xp is not np:
+        return _cupy_kernel("jf_rms_wide")(u, s, xp.asarray(low), xp.asarray(span))
+    return np.where(s < 0.5, -1.0, 1.0) * np.power(10.0, low + span * u)
+
+
+# -- fused device kernels (cupy), compiled once per process; numpy code above is their spec ---------
+_DECODE_X = {   # x's storage element `x` -> double
+    "bf16": ("uint16", "(double)__uint_as_float(((unsigned int)x) << 16)"),
+    "fp16": ("float16", "(double)(float)x"),
+    "fp32": ("float32", "(double)x"),
+}
+#: name -> ("elementwise" | "reduction", in_params, out_params, operation or map expression)
+CUPY_KERNELS: dict[str, tuple[str, str, str, str]] = {
+    "jf_rms_away32": ("elementwise", "float32 v", "float32 y",
+                      "y = (fabsf(v) < 1e-3f) ? ((v < 0.0f) ? -1e-3f : 1e-3f) : v;"),
+    "jf_rms_wide": ("elementwise", "float64 u, float64 s, float64 lo, float64 span", "float64 y",
+                    "y = pow(10.0, __dadd_rn(lo, __dmul_rn(span, u))); if (s < 0.5) y = -y;"),
+}
+for _dt, (_ty, _dec) in _DECODE_X.items():
+    CUPY_KERNELS[f"jf_rms_sumsq_{_dt}"] = ("reduction", f"{_ty} x", "float64 s", f"({_dec}) * ({_dec})")
+    CUPY_KERNELS[f"jf_rms_y_{_dt}"] = ("elementwise", f"{_ty} x, float64 r, float64 w", "float64 y",
+                                       f"y = __dmul_rn(__dmul_rn({_dec}, r), w);")
+_CUPY_CACHE: dict[str, Any] = {}
+
+
+def _cupy_kernel(name: str) -> Any:
+    k = _CUPY_CACHE.get(name)
+    if k is None:
+        import cupy  # noqa: PLC0415 - only with cupy arrays
+        kind, in_p, out_p, op = CUPY_KERNELS[name]
+        if kind == "reduction":
+            k = cupy.ReductionKernel(in_p, out_p, op, "a + b", "s = a", "0", name)
+        else:
+            k = cupy.ElementwiseKernel(in_p, out_p, op, name)
+        _CUPY_CACHE[name] = k
+    return k
 
 
 def _has(module: str) -> bool:

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 from fitness.evaluator import Evaluator
 from fitness.records import Evaluation
+from fitness.replay import NotRecorded
 from genomes import GeneSpace, Genome
 from operators import Candidate
 from evo.config import Config
@@ -28,6 +29,10 @@ from evo.strategies.base import Strategy
 from evo.strategies.ga import GeneticAlgorithm
 from evo.strategies.optuna_stage import OptunaStage
 from evo.strategies.random_search import RandomSearch
+
+
+class _RecordingEnded(Exception):
+    """The replay evaluator has no verdict for the next genome."""
 
 
 @dataclass
@@ -152,7 +157,14 @@ class Run:
             if self._out_of_time():
                 break
             chunk = todo[i:i + batch]
-            evals = self.evaluator.evaluate([c.genome for c in chunk])
+            try:
+                evals = self.evaluator.evaluate([c.genome for c in chunk])
+            except NotRecorded as exc:
+                # A replay cannot invent a verdict: the recording ends here (a recorded run that was
+                # stopped by its wall-time budget ends exactly like this when replayed).
+                del exc
+                raise _RecordingEnded(f"the replay table has no verdict for genome {chunk[0].key}: "
+                                      "the recording ends here") from None
             new_records = []
             for c, ev in zip(chunk, evals):
                 rec = self.store.append(Record(self.run_id, ev, generation=stage.strategy.generation,
@@ -214,6 +226,9 @@ class Run:
                     self.stop_reason = f"{self.idle_rounds} rounds in a row found nothing new"
                     break
             state = "finished"
+        except _RecordingEnded as end:
+            state = "finished"
+            self.stop_reason = str(end)
         except KeyboardInterrupt:
             state = "interrupted"
             self.stop_reason = "interrupted"

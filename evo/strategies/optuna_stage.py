@@ -68,7 +68,6 @@ class OptunaStage(Strategy):
         self.numeric = numeric_genes(space)
         self.studies: list[_Study] = []
         self._next = 0
-        self._asked: dict[str, tuple[_Study, optuna.trial.Trial]] = {}
 
     @property
     def operator(self) -> str:
@@ -131,7 +130,6 @@ class OptunaStage(Strategy):
             trial = st.study.ask()
             genome = self.space.repair({**st.frozen, **self._suggest(trial)}, self.rng)
             trial.set_user_attr("genome_key", genome.key)
-            self._asked[f"{id(st)}:{trial.number}"] = (st, trial)
             out.append(Candidate(genome, (st.study.user_attrs["elite_key"],), self.operator))
             st.open_trials.append((trial, genome))
         return out

@@ -1,0 +1,236 @@
+"""The CUDA side of the GPU judge, kept thin: every call here is a cupy / CUDA API call.
+
+`fitness.device.DeviceRunner` does everything else in array code against a backend's array module,
+which is why its tests can drive the whole runner on the CPU with a numpy backend. See the notes on
+cupy in fitness/device.py (module loading without RawModule's cache, compile-time clusters).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from fitness.family import Launch
+
+STATIC_SMEM_LIMIT = 48 * 1024      # above this, dynamic shared memory must be opted in
+
+# CUDA errors after which the context is unusable (driver and runtime share these numbers)
+STICKY_CUDA_ERRORS = frozenset({
+    214,   # ECC uncorrectable
+    700,   # illegal address
+    702,   # launch timeout
+    710,   # device-side assert
+    714,   # hardware stack error
+    715,   # illegal instruction
+    716,   # misaligned address
+    717,   # invalid address space
+    718,   # invalid PC
+    719,   # launch failed
+    999,   # unknown
+})
+
+class KernelTimeout(Exception):
+    """A launch did not finish within its time limit (the kernel may still be running)."""
+
+
+class LaunchInvalid(Exception):
+    """The Launch cannot be carried out as described (an INVALID case, not a GPU failure)."""
+
+
+class CudaStatusError(RuntimeError):
+    """A CUDA error code seen by the runner itself (e.g. from cudaEventQuery)."""
+
+    def __init__(self, status: int, where: str = ""):
+        self.status = int(status)
+        super().__init__(f"{where + ': ' if where else ''}CUDA error {self.status}")
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _kernel_driver_version() -> str | None:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?: for [\w-]+)?\s+([0-9][0-9.]+)", text) or re.search(r"\s([0-9]{3}\.[0-9.]+)\s", text)
+    return m.group(1) if m else None
+
+
+class CupyBackend:
+    """Device, memory, module loading, launches, events and L2 flushing through cupy."""
+
+    has_device_rng = True
+
+    def __init__(self, device_id: int = 0):
+        import cupy  # noqa: PLC0415 - only in GPU workers
+        self.cp = cupy
+        self.xp = cupy
+        self.device_id = int(device_id)
+        self.device = cupy.cuda.Device(self.device_id)
+        self.device.use()
+        props = cupy.cuda.runtime.getDeviceProperties(self.device_id)
+        name = props.get("name", b"GPU")
+        self.name = name.decode() if isinstance(name, bytes) else str(name)
+        self.major, self.minor = int(props.get("major", 0)), int(props.get("minor", 0))
+        self.sm_count = int(props.get("multiProcessorCount", 0))
+        self.l2_bytes = int(props.get("l2CacheSize", 0)) or 50 * 1024 * 1024
+        self.total_mem = int(props.get("totalGlobalMem", 0)) or 80 * 1024**3
+        self.max_smem_optin = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
+        self.max_threads = int(props.get("maxThreadsPerBlock", 1024)) or 1024
+        self._flush = cupy.empty(2 * self.l2_bytes, dtype=cupy.uint8)
+        self._rng: Any = None
+
+    # -- facts --------------------------------------------------------------------------------
+    def describe(self) -> str:
+        rt = self.cp.cuda.runtime
+        driver = _kernel_driver_version()
+        if driver is None:
+            try:
+                driver = "CUDA " + _cuda_version(rt.driverGetVersion())
+            except Exception:  # noqa: BLE001
+                driver = "?"
+        try:
+            runtime = _cuda_version(rt.runtimeGetVersion())
+        except Exception:  # noqa: BLE001
+            runtime = "?"
+        return (f"{self.name} (sm_{self.major}{self.minor}, {self.sm_count} SMs, driver {driver}, "
+                f"CUDA runtime {runtime})")
+
+    # -- modules and launches -------------------------------------------------------------
+    def load(self, cubin: bytes) -> Any:
+        from cupy.cuda import function  # noqa: PLC0415
+        module = function.Module()
+        module.load(bytes(cubin))
+        return module
+
+    def get_kernel(self, module: Any, name: str) -> Any:
+        return module.get_function(name)
+
+    def prepare_kernel(self, kernel: Any, launch: Launch) -> None:
+        drv = self.cp.cuda.driver
+        if launch.shared_bytes > STATIC_SMEM_LIMIT:
+            drv.funcSetAttribute(kernel.ptr, 8, int(launch.shared_bytes))   # MAX_DYNAMIC_SHARED_SIZE_BYTES
+        compiled = tuple(int(drv.funcGetAttribute(a, kernel.ptr)) for a in (11, 12, 13))  # REQUIRED_CLUSTER_*
+        wanted = tuple(int(c) for c in launch.cluster)
+        has_cluster = all(c > 0 for c in compiled)
+        if has_cluster:
+            if wanted != (1, 1, 1) and wanted != compiled:
+                raise LaunchInvalid(f"Launch.cluster {wanted} differs from the kernel's __cluster_dims__ {compiled}")
+            if any(g % c for g, c in zip(launch.grid, compiled)):
+                raise LaunchInvalid(f"grid {tuple(launch.grid)} is not divisible by the kernel's "
+                                    f"__cluster_dims__ {compiled}")
+        elif wanted != (1, 1, 1) and all(c >= 0 for c in compiled):
+            raise LaunchInvalid(f"Launch.cluster {wanted} needs __cluster_dims__ in the kernel: this runner "
+                                f"launches through cupy, which cannot set cluster dimensions at launch")
+
+    def launch(self, kernel: Any, launch: Launch, args: Sequence[Any]) -> None:
+        kernel(tuple(int(g) for g in launch.grid), tuple(int(b) for b in launch.block), tuple(args),
+               shared_mem=int(launch.shared_bytes))
+
+    # -- events and waiting ------------------------------------------------------------------
+    def record(self) -> Any:
+        ev = self.cp.cuda.Event()
+        ev.record()
+        return ev
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(self.cp.cuda.get_elapsed_time(start, end))
+
+    def wait(self, event: Any, timeout_s: float) -> None:
+        """Block until `event` completes; KernelTimeout after timeout_s; CUDA errors raise."""
+        rt = self.cp.cuda.runtime
+        deadline = time.monotonic() + float(timeout_s)
+        sleep = 20e-6
+        while True:
+            status = int(rt.eventQuery(event.ptr))  # the raw cudaError_t (cupy does not raise here)
+            if status == 0:
+                event.synchronize()
+                return
+            if status != 600:                        # cudaErrorNotReady
+                raise CudaStatusError(status, "cudaEventQuery")
+            if time.monotonic() > deadline:
+                raise KernelTimeout(f"not finished after {timeout_s:g} s")
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 2e-4)               # short waits must not overshoot
+
+    def synchronize(self, timeout_s: float) -> None:
+        self.wait(self.record(), timeout_s)
+
+    # -- memory ---------------------------------------------------------------------------------
+    def flush_l2(self) -> None:
+        stream = self.cp.cuda.get_current_stream()
+        self.cp.cuda.runtime.memsetAsync(self._flush.data.ptr, 0, self._flush.nbytes, stream.ptr)
+
+    def upload(self, dst: Any, src: Any) -> None:
+        if isinstance(src, np.ndarray):
+            dst.set(np.ascontiguousarray(src))
+        else:
+            self.cp.copyto(dst, src)
+
+    def device_rng(self, seed: int) -> Any:
+        """The backend's one cupy RandomState, re-seeded (creating and destroying a curand
+        generator per use costs ~25 ms); RandomState(s) and .seed(s) give the same stream."""
+        seed = int(seed) % (2**63)
+        if self._rng is None:
+            self._rng = self.cp.random.RandomState(seed)
+        else:
+            self._rng.seed(seed)
+        return self._rng
+
+    def free_all(self) -> None:
+        self.cp.get_default_memory_pool().free_all_blocks()
+        self.cp.get_default_pinned_memory_pool().free_all_blocks()
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            try:
+                if torch.cuda.is_initialized():
+                    torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def copy_ceiling_tbps(self, nbytes: int = 1 << 30, reps: int = 20) -> float:
+        """Device-to-device copy: (bytes read + bytes written) / time, median of `reps`."""
+        cp = self.cp
+        src = cp.empty(nbytes, dtype=cp.uint8)
+        dst = cp.empty(nbytes, dtype=cp.uint8)
+        src.fill(1)
+        stream = cp.cuda.get_current_stream()
+        times = []
+        for i in range(reps + 2):
+            a = self.record()
+            cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, 3, stream.ptr)  # device to device
+            b = self.record()
+            b.synchronize()
+            if i >= 2:
+                times.append(self.elapsed_ms(a, b))
+        del src, dst
+        med = float(np.median(times))
+        return 2.0 * nbytes / (med * 1e-3) / 1e12
+
+    # -- errors ---------------------------------------------------------------------------------
+    def cuda_status(self, exc: BaseException) -> int | None:
+        """The CUDA error code of a cupy CUDA exception, else None."""
+        if isinstance(exc, CudaStatusError):
+            return exc.status
+        cp = self.cp
+        kinds = tuple(k for k in (getattr(cp.cuda.runtime, "CUDARuntimeError", None),
+                                  getattr(cp.cuda.driver, "CUDADriverError", None)) if k is not None)
+        if kinds and isinstance(exc, kinds):
+            status = getattr(exc, "status", None)
+            return int(status) if status is not None else 999
+        return None
+
+    def context_alive(self) -> bool:
+        try:
+            self.cp.cuda.runtime.deviceSynchronize()
+            probe = self.cp.arange(4, dtype=self.cp.float32)
+            return float(probe.sum()) == 6.0
+        except Exception:  # noqa: BLE001
+            return False

@@ -5,6 +5,7 @@
     evo status RUN_DIR
     evo dump RUN_DIR --out FILE.json          # the run's evaluations as a replay table
     evo dispatch RUN_DIR [--out FILE.json]    # per dtype and N range, the fastest verified genome
+    evo report RUN [--run-id ID] --out DIR    # report.md + figures (RUN: run dir, store URL or dump JSON)
 
 Bad input ends with one line per problem and exit code 2, never a traceback. Ctrl-C (or
 SIGTERM) stops cleanly after recording everything already evaluated; `evo resume` continues.
@@ -54,6 +55,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("run_dir")
     t.add_argument("--baseline", default=None, help="baseline for the speedup column (default: the run's)")
     t.add_argument("--out", help="also write the table as JSON")
+    rp = sub.add_parser("report", help="write report.md and its figures (RUN: run dir, store URL or dump JSON)")
+    rp.add_argument("run")
+    rp.add_argument("--run-id", default=None, help="which run, when the store holds several")
+    rp.add_argument("--out", required=True, help="output directory")
     return ap
 
 
@@ -75,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from evo.session import print_dispatch
 
             return print_dispatch(args.run_dir, args.baseline, args.out)
+        if args.command == "report":
+            from evo.session import report_run
+
+            return report_run(args.run, args.out, run_id=args.run_id)
     except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -142,3 +142,22 @@ def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Pat
         Path(out).write_text(json.dumps({"run_id": rd.run_id, "baseline": baseline,
                                          "entries": [e.to_dict() for e in entries]}, indent=1))
     return 0
+
+
+def report_run(source: str | Path, out: str | Path, run_id: str | None = None) -> int:
+    """report.md and its figures for a run directory, a store URL or an `evo dump` JSON file."""
+    from evo.analysis import load_run
+    from evo.report import write_report
+
+    try:
+        frames = load_run(source, run_id=run_id)
+    except ValueError as exc:          # ConfigError and StoreError end in evo.cli with exit code 2
+        from evo.config import ConfigError
+
+        if isinstance(exc, ConfigError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    path = write_report(frames, out)
+    print(f"wrote {path} ({len(frames.evaluations)} evaluations of {frames.run['run_id']})")
+    return 0

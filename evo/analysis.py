@@ -1,0 +1,263 @@
+"""A run as pandas DataFrames, for notebooks, plots and `evo report`.
+
+    frames = load_run("runs/rmsnorm-fwd-h200-20261129-191846-d0d8")      # a run directory
+    frames = load_run("results/rmsnorm_fwd_h200_run.json")               # an `evo dump` file
+    frames = load_run("sqlite:///runs/evo.db", run_id="...")             # any store URL
+    frames.evaluations   # one row per evaluation, in append order
+    frames.cases         # one row per (evaluation, benchmark case)
+    frames.run           # run_id, family, seed, metric, baseline, config, ...
+
+Every number is the stored one, unrounded: `fitness` is `Record.fitness(metric)` (NaN where the
+candidate cannot compete: failed or suspect), `speedup.<baseline>` is `CaseResult.speedup`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from fitness.records import Evaluation
+from evo.store.base import Record, RunInfo
+
+EVAL_COLUMNS = ["seq", "key", "generation", "stage", "operator", "parents", "status", "suspect", "fitness"]
+TAIL_COLUMNS = ["device", "toolkit", "started_at", "finished_at", "duration_s", "gpu_seconds",
+                "copy_ceiling_tbps", "message"]
+CASE_COLUMNS = ["key", "seq", "case", "M", "N", "dtype", "status", "time_us", "spread_us", "samples", "tbps",
+                "max_abs_err", "rel_l2_err"]
+
+
+@dataclass(frozen=True)
+class RunFrames:
+    evaluations: pd.DataFrame
+    cases: pd.DataFrame
+    run: Mapping[str, Any]
+    records: tuple[Record, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def metric(self) -> str:
+        return self.run["metric"]
+
+    @property
+    def baselines(self) -> list[str]:
+        """Every baseline timed in the run (columns `base.<name>_us`), the run's own first."""
+        names = [c[len("base."):-len("_us")] for c in self.cases.columns if c.startswith("base.")]
+        own = self.run.get("baseline")
+        return sorted(names, key=lambda n: (n != own, n))
+
+    @property
+    def genes(self) -> list[str]:
+        return [c[len("gene."):] for c in self.evaluations.columns if c.startswith("gene.")]
+
+    def best(self) -> pd.Series | None:
+        """The best scored evaluation (highest fitness, earliest on ties, as Store.best)."""
+        ev = self.evaluations
+        scored = ev[ev["fitness"].notna()]
+        if scored.empty:
+            return None
+        top = scored["fitness"].max()
+        return scored[scored["fitness"] == top].sort_values("seq").iloc[0]
+
+    def best_cases(self) -> pd.DataFrame:
+        best = self.best()
+        if best is None:
+            return self.cases.iloc[0:0]
+        return self.cases[self.cases["key"] == best["key"]].reset_index(drop=True)
+
+
+# -- loading ------------------------------------------------------------------------------------
+def load_run(source: str | Path, run_id: str | None = None) -> RunFrames:
+    """Frames of one run from a run directory, an `evo dump` JSON file or a store URL.
+
+    A store URL may name the run as `URL#RUN_ID`; run_id is required when the store holds
+    several runs. ValueError (one line, saying what to pass) when the source cannot be read.
+    """
+    text = str(source)
+    path = Path(text)
+    if "://" in text and not path.exists():
+        url, _, frag = text.partition("#")
+        return _from_store(url, run_id or frag or None)
+    if path.is_dir():
+        from evo.rundir import open_run_dir
+
+        rd = open_run_dir(path)
+        return _from_store(rd.store_url, run_id or rd.run_id)
+    if path.is_file():
+        return _from_dump(path, run_id)
+    raise ValueError(f"{text}: not a run directory, an `evo dump` JSON file or a store URL")
+
+
+def _from_store(url: str, run_id: str | None) -> RunFrames:
+    from evo.store import open_store
+
+    with open_store(url) as store:
+        if run_id is None:
+            runs = store.list_runs()
+            if len(runs) != 1:
+                ids = ", ".join(r.run_id for r in runs) or "none"
+                raise ValueError(f"store {url} holds {len(runs)} runs ({ids}): pass run_id (or URL#RUN_ID)")
+            run_id = runs[0].run_id
+        try:
+            info = store.get_run(run_id)
+        except KeyError:
+            raise ValueError(f"store {url} has no run {run_id!r}") from None
+        records = store.records(run_id)
+    return frames_from_records(info, records)
+
+
+def _from_dump(path: Path, run_id: str | None) -> RunFrames:
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not an `evo dump` JSON file ({exc})") from None
+    if not isinstance(data, Mapping) or "evaluations" not in data:
+        raise ValueError(f"{path}: not an `evo dump` JSON file (no 'evaluations')")
+    rid = data.get("run_id", path.stem)
+    if run_id is not None and run_id != rid:
+        raise ValueError(f"{path} holds run {rid!r}, not {run_id!r}")
+    lineage = {x["key"]: x for x in data.get("lineage") or ()}
+    records = []
+    for i, e in enumerate(data["evaluations"]):
+        ev = Evaluation.from_dict(e)
+        lin = lineage.get(ev.key, {})
+        records.append(Record(run_id=rid, evaluation=ev, generation=int(lin.get("generation", 0)),
+                              stage=lin.get("stage", "ga"), operator=lin.get("operator", "init"),
+                              parents=tuple(lin.get("parents") or ()), seq=int(lin.get("seq", i))))
+    config = data.get("config") or {}
+    info = RunInfo(run_id=rid, name=config.get("experiment", {}).get("name", rid),
+                   family=data.get("family", ""), seed=int(data.get("seed", 0)), config=config,
+                   created_at=0.0, state=data.get("state", "dumped"), notes=data.get("notes") or {})
+    return frames_from_records(info, sorted(records, key=lambda r: r.seq))
+
+
+# -- building -----------------------------------------------------------------------------------
+def _float_artifact(artifacts: Mapping[str, Any], name: str) -> float:
+    value = artifacts.get(name)
+    if value in (None, ""):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _nan(value: Any) -> Any:
+    return math.nan if value is None else value
+
+
+def frames_from_records(info: RunInfo, records: Sequence[Record]) -> RunFrames:
+    """The frames of a run from its RunInfo and records (in append order)."""
+    objective = dict(info.config.get("objective") or {})
+    metric = objective.get("metric", "geomean_speedup")
+    baseline = objective.get("baseline", "torch")
+    records = tuple(records)
+
+    objectives = _ordered(k for r in records for k in r.evaluation.objectives)
+    genes = _ordered(k for r in records for k in r.evaluation.genome)
+    baselines = sorted({b for r in records for c in r.evaluation.cases for b in c.baselines_us})
+
+    rows = []
+    case_rows = []
+    for r in records:
+        ev = r.evaluation
+        row: dict[str, Any] = {"seq": r.seq, "key": r.key, "generation": r.generation, "stage": r.stage,
+                               "operator": r.operator, "parents": tuple(r.parents),
+                               "status": ev.status.value, "suspect": ev.suspect,
+                               "fitness": _nan(r.fitness(metric))}
+        for name in objectives:
+            row[f"obj.{name}"] = _nan(ev.objectives.get(name))
+        for name in genes:
+            row[f"gene.{name}"] = ev.genome.get(name)
+        row.update(device=ev.device, toolkit=ev.toolkit, started_at=ev.started_at, finished_at=ev.finished_at,
+                   duration_s=ev.duration_s, gpu_seconds=_float_artifact(ev.artifacts, "gpu_seconds"),
+                   copy_ceiling_tbps=_float_artifact(ev.artifacts, "copy_ceiling_tbps"), message=ev.message)
+        rows.append(row)
+        for c in ev.cases:
+            crow: dict[str, Any] = {"key": r.key, "seq": r.seq, "case": c.case, "M": c.params.get("M"),
+                                    "N": c.params.get("N"), "dtype": c.params.get("dtype"),
+                                    "status": c.status.value, "time_us": _nan(c.time_us),
+                                    "spread_us": _nan(c.spread_us), "samples": c.samples, "tbps": _nan(c.tbps),
+                                    "max_abs_err": _nan(c.max_abs_err), "rel_l2_err": _nan(c.rel_l2_err)}
+            for b in baselines:
+                crow[f"base.{b}_us"] = _nan(c.baselines_us.get(b))
+                crow[f"speedup.{b}"] = _nan(c.speedup(b))
+            case_rows.append(crow)
+
+    eval_cols = EVAL_COLUMNS + [f"obj.{n}" for n in objectives] + [f"gene.{n}" for n in genes] + TAIL_COLUMNS
+    case_cols = CASE_COLUMNS + [c for b in baselines for c in (f"base.{b}_us", f"speedup.{b}")]
+    evaluations = pd.DataFrame(rows, columns=eval_cols)
+    evaluations["fitness"] = evaluations["fitness"].astype(float)
+    cases = pd.DataFrame(case_rows, columns=case_cols)
+    for col in ("time_us", "spread_us", "tbps", *[c for c in case_cols if c.startswith(("base.", "speedup."))]):
+        cases[col] = cases[col].astype(float)
+    run = {"run_id": info.run_id, "name": info.name, "family": info.family, "seed": info.seed,
+           "metric": metric, "baseline": baseline, "config": dict(info.config), "state": info.state,
+           "elapsed_s": info.elapsed_s, "created_at": info.created_at, "notes": dict(info.notes),
+           "stop_reason": (info.notes or {}).get("stop_reason", "")}
+    return RunFrames(evaluations, cases, run, records)
+
+
+def _ordered(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+# -- tables shared by the plots and the report ---------------------------------------------------
+def per_generation(frames: RunFrames) -> pd.DataFrame:
+    """Per generation: evaluations, best and median fitness of the scored ones, share invalid."""
+    ev = frames.evaluations
+    if ev.empty:
+        return pd.DataFrame(columns=["generation", "evaluations", "best", "median", "invalid_share"])
+    g = ev.groupby("generation", sort=True)
+    return pd.DataFrame({"evaluations": g.size(), "best": g["fitness"].max(), "median": g["fitness"].median(),
+                         "invalid_share": g["fitness"].apply(lambda s: float(s.isna().mean()))}).reset_index()
+
+
+def operator_table(frames: RunFrames) -> pd.DataFrame:
+    """Per operator (children with parents only): count, how many and what share beat their best
+    parent. A child that cannot compete never beats; a parent that cannot compete counts as -inf."""
+    ev = frames.evaluations
+    fit = dict(zip(ev["key"], ev["fitness"]))
+    rows = []
+    for op, parents, f in zip(ev["operator"], ev["parents"], ev["fitness"]):
+        if not parents:
+            continue
+        pf = [fit.get(p, math.nan) for p in parents]
+        pf = [x for x in pf if not (x is None or math.isnan(x))]
+        best_parent = max(pf) if pf else -math.inf
+        rows.append((op, bool(not math.isnan(f) and f > best_parent)))
+    if not rows:
+        return pd.DataFrame(columns=["operator", "children", "better", "share_better"])
+    df = pd.DataFrame(rows, columns=["operator", "better"])
+    g = df.groupby("operator", sort=True)["better"]
+    out = pd.DataFrame({"children": g.size(), "better": g.sum().astype(int)}).reset_index()
+    out["share_better"] = out["better"] / out["children"]
+    return out
+
+
+def gene_effects_table(frames: RunFrames) -> pd.DataFrame:
+    """Per (gene, value): count of scored evaluations and their mean fitness."""
+    ev = frames.evaluations[frames.evaluations["fitness"].notna()]
+    rows = []
+    for gene in frames.genes:
+        col = f"gene.{gene}"
+        try:
+            groups = list(ev.groupby(col, sort=True, dropna=True))
+        except TypeError:                      # values of mixed types: keep them in first-seen order
+            groups = list(ev.groupby(col, sort=False, dropna=True))
+        for value, grp in groups:
+            rows.append({"gene": gene, "value": value, "count": len(grp), "mean_fitness": grp["fitness"].mean()})
+    return pd.DataFrame(rows, columns=["gene", "value", "count", "mean_fitness"])
+
+
+def copy_ceiling(frames: RunFrames, default: float = 4.27) -> float:
+    """The measured copy ceiling (TB/s) recorded with the best genome, else any, else `default`."""
+    ev = frames.evaluations
+    best = frames.best()
+    if best is not None and not math.isnan(best["copy_ceiling_tbps"]):
+        return float(best["copy_ceiling_tbps"])
+    known = ev["copy_ceiling_tbps"].dropna()
+    return float(known.iloc[0]) if len(known) else float(default)

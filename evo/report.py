@@ -1,0 +1,160 @@
+"""`evo report`: one self-contained Markdown page per run, with its figures as PNGs beside it.
+
+    write_report(load_run("results/rmsnorm_fwd_h200_run.json"), "reports/rmsnorm") -> .../report.md
+
+The page holds the run header (id, family, seed, metric, device, toolkit, counts by status, stop
+reason), the best genome and its per-case table against every baseline, the dispatch table
+(evo.dispatch.build_dispatch over the run's evaluations) and every figure of evo.plots, linked.
+Tables print figures to 4 significant digits; the exact values are in the frames (evo.analysis).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from evo.analysis import RunFrames, operator_table
+from evo.dispatch import build_dispatch
+from fitness.records import CaseResult, Evaluation, Status
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _table(header: list[str], rows: Iterable[list[Any]], align: str | None = None) -> list[str]:
+    align = align or "|".join("---" if i == 0 else "---:" for i in range(len(header)))
+    lines = ["| " + " | ".join(header) + " |", "|" + align + "|"]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def _evaluations(frames: RunFrames) -> list[Evaluation]:
+    """The run's Evaluations: the loaded records, or rebuilt from the frames when built by hand."""
+    if frames.records:
+        return [r.evaluation for r in frames.records]
+    out = []
+    bases = frames.baselines
+    for _, row in frames.evaluations.iterrows():
+        cases = frames.cases[frames.cases["key"] == row["key"]]
+        crs = tuple(CaseResult(case=c["case"], status=Status(c["status"]),
+                               params={"M": c["M"], "N": c["N"], "dtype": c["dtype"]},
+                               time_us=None if math.isnan(c["time_us"]) else c["time_us"],
+                               tbps=None if math.isnan(c["tbps"]) else c["tbps"],
+                               baselines_us={b: c[f"base.{b}_us"] for b in bases
+                                             if not math.isnan(c[f"base.{b}_us"])})
+                    for _, c in cases.iterrows())
+        genome = {g: row[f"gene.{g}"] for g in frames.genes}
+        out.append(Evaluation(key=row["key"], genome=genome, space=frames.run.get("family", ""),
+                              status=Status(row["status"]), cases=crs, suspect=bool(row["suspect"])))
+    return out
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0 and not math.isnan(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path:
+    """Write out_dir/report.md and one PNG per figure; returns the path of report.md."""
+    from evo import plots
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    run, ev, metric = frames.run, frames.evaluations, frames.metric
+    lines: list[str] = [f"# Run {run['run_id']}", ""]
+
+    devices = sorted({d for d in ev["device"] if d}) or ["-"]
+    toolkits = sorted({t for t in ev["toolkit"] if t}) or ["-"]
+    counts = ev["status"].value_counts()
+    suspect = int(ev["suspect"].sum())
+    header = [["family", run.get("family") or "-"], ["seed", run.get("seed")], ["metric", metric],
+              ["baseline", run.get("baseline") or "-"], ["device", "; ".join(devices)],
+              ["toolkit", "; ".join(toolkits)], ["evaluations", len(ev)],
+              ["by status", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"],
+              ["suspect (faster than physics)", suspect]]
+    if run.get("stop_reason"):
+        header.append(["stop reason", run["stop_reason"]])
+    if run.get("state") and run["state"] != "dumped":
+        header.append(["state", run["state"]])
+    if run.get("elapsed_s"):
+        header.append(["wall time", f"{run['elapsed_s']:.1f} s"])
+    if ev["gpu_seconds"].notna().any():
+        header.append(["GPU seconds (sum over evaluations)", f"{ev['gpu_seconds'].sum():.1f}"])
+    lines += _table(["", ""], header, "---|---") + [""]
+
+    best = frames.best()
+    lines += ["## Best genome", ""]
+    if best is None:
+        lines += ["No evaluation in this run could compete (every one failed or was suspect).", ""]
+    else:
+        lines += [f"Key `{best['key']}`: {metric} = {float(best['fitness'])!r} (seq {best['seq']}, stage {best['stage']}, "
+                  f"generation {best['generation']}, operator {best['operator']}"
+                  + (f", parents {', '.join(best['parents'])}" if best["parents"] else "") + ").", ""]
+        lines += _table(["gene", "value"], [[g, best[f"gene.{g}"]] for g in frames.genes], "---|---") + [""]
+        objectives = [c for c in ev.columns if c.startswith("obj.")]
+        if objectives:
+            lines += _table(["objective", "value"], [[c[4:], best[c]] for c in objectives], "---|---:") + [""]
+        cases = frames.best_cases()
+        if not cases.empty:
+            bases = frames.baselines
+            head = ["case", "status", "time us", "spread us", "TB/s"]
+            for b in bases:
+                head += [f"{b} us", f"speedup vs {b}"]
+            rows = []
+            for _, c in cases.iterrows():
+                row = [c["case"], c["status"], c["time_us"], c["spread_us"], c["tbps"]]
+                for b in bases:
+                    row += [c[f"base.{b}_us"], c[f"speedup.{b}"]]
+                rows.append(row)
+            lines += ["### Per case", ""] + _table(head, rows) + [""]
+            for b in bases:
+                gm = _geomean(list(cases[f"speedup.{b}"]))
+                if gm:
+                    lines.append(f"Geomean speedup vs {b} over these {len(cases)} cases: {gm:.4g}x.")
+            lines.append("")
+
+    lines += ["## Dispatch table", ""]
+    baseline = run.get("baseline") or (frames.baselines[0] if frames.baselines else "torch")
+    entries = build_dispatch(_evaluations(frames), baseline=baseline)
+    if not entries:
+        lines += ["No verified evaluation with timed cases in this run.", ""]
+    else:
+        lines += ["For each dtype and row-width range, the verified genome with the smallest geomean time "
+                  "there (evo.dispatch).", ""]
+        rows = []
+        for e in entries:
+            sp = _geomean([c.get("speedup") or math.nan for c in e.cases.values()])
+            rows.append([e.dtype, f"{e.n_min}..{e.n_max if e.n_max is not None else 'inf'}", f"`{e.key}`",
+                         len(e.cases), sp])
+        lines += _table(["dtype", "N range", "genome key", "cases", f"geomean speedup vs {baseline}"], rows,
+                        "---|---|---|---:|---:") + [""]
+
+    ops = operator_table(frames)
+    if not ops.empty:
+        lines += ["## Operators", ""]
+        lines += _table(["operator", "children", "better than best parent", "share"],
+                        [[r.operator, r.children, r.better, r.share_better] for r in ops.itertuples()]) + [""]
+
+    lines += ["## Figures", ""]
+    captions = {"fitness_curve": f"Best and median {metric} per generation; bars: share failed or suspect.",
+                "best_so_far": "Best so far against evaluations and against cumulative time.",
+                "speedup_per_case": "Best genome: speedup per case against each baseline.",
+                "bandwidth": "Best genome: achieved TB/s per case against the copy ceiling.",
+                "gene_effects": f"Mean {metric} per gene value (labels: scored evaluations).",
+                "operator_success": "Share of children better than their best parent, per operator."}
+    for name, fn in plots.ALL.items():
+        fig = fn(frames)
+        fig.savefig(out / f"{name}.png", dpi=dpi)
+        lines += [f"### {name.replace('_', ' ')}", "", captions.get(name, ""), "", f"![{name}]({name}.png)", ""]
+
+    path = out / "report.md"
+    path.write_text("\n".join(lines).rstrip() + "\n")
+    return path

@@ -159,10 +159,9 @@ class Run:
             chunk = todo[i:i + batch]
             try:
                 evals = self.evaluator.evaluate([c.genome for c in chunk])
-            except NotRecorded as exc:
+            except NotRecorded:
                 # A replay cannot invent a verdict: the recording ends here (a recorded run that was
                 # stopped by its wall-time budget ends exactly like this when replayed).
-                del exc
                 raise _RecordingEnded(f"the replay table has no verdict for genome {chunk[0].key}: "
                                       "the recording ends here") from None
             new_records = []
@@ -174,6 +173,8 @@ class Run:
                 self._answer(c, ev)
                 self.new_evaluations += 1
                 new_records.append(rec)
+            # a run killed later must still count this session's time against its wall budget
+            self.store.update_run(self.run_id, elapsed_s=self.elapsed_s)
             if self.on_progress:
                 self.on_progress(self, new_records)
         self.idle_rounds = 0 if fresh else self.idle_rounds + 1

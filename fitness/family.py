@@ -145,6 +145,13 @@ class KernelFamily(abc.ABC):
     def baselines(self) -> list[Baseline]:
         return []
 
+    def export_launch_source(self) -> str | None:
+        """Python source of a standalone module (standard library only) defining
+        `launch(genome, **case_params) -> dict | None` with the keys kernel, grid, block,
+        shared_bytes, cluster: the same geometry as `launch`, for packages made by `evo export`
+        that must not import this project. None: the family cannot be exported."""
+        return None
+
 
 class FamilyNotFound(LookupError):
     pass

@@ -105,6 +105,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, uninterrupted, kill
     before, info = records_of(rd)
     assert kill_at <= len(before) < 150
     assert info.state == "running"          # killed: nobody had the chance to mark it
+    assert info.elapsed_s > 0               # but its time so far counts against a wall budget
 
     resumed = evo("resume", str(rd), "--quiet", cwd=tmp_path)
     out, err = resumed.communicate(timeout=120)

@@ -6,6 +6,7 @@
     evo dump RUN_DIR --out FILE.json          # the run's evaluations as a replay table
     evo dispatch RUN_DIR [--out FILE.json]    # per dtype and N range, the fastest verified genome
     evo report RUN [--run-id ID] --out DIR    # report.md + figures (RUN: run dir, store URL or dump JSON)
+    evo export RUN --out DIR [--name PKG]     # the dispatch table as a standalone pip package
 
 Bad input ends with one line per problem and exit code 2, never a traceback. Ctrl-C (or
 SIGTERM) stops cleanly after recording everything already evaluated; `evo resume` continues.
@@ -59,6 +60,14 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("run")
     rp.add_argument("--run-id", default=None, help="which run, when the store holds several")
     rp.add_argument("--out", required=True, help="output directory")
+    ex = sub.add_parser("export", help="write the run's dispatch table as a standalone pip-installable package")
+    ex.add_argument("run", help="run dir, store URL or `evo dump` JSON")
+    ex.add_argument("--out", required=True, help="package directory to create")
+    ex.add_argument("--run-id", default=None, help="which run, when the store holds several")
+    ex.add_argument("--name", default=None, help="package name (default ptxk_<family>)")
+    ex.add_argument("--cache-dir", default=None, help="compile cache (default: the run's evaluator.cache_dir)")
+    ex.add_argument("--bench", default=None, help="benchmark JSON measured with this dispatch table (for README)")
+    ex.add_argument("--force", action="store_true", help="replace a non-empty --out")
     return ap
 
 
@@ -84,6 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from evo.session import report_run
 
             return report_run(args.run, args.out, run_id=args.run_id)
+        if args.command == "export":
+            from evo.session import export_run
+
+            return export_run(args.run, args.out, run_id=args.run_id, name=args.name, cache_dir=args.cache_dir,
+                              bench=args.bench, force=args.force)
     except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

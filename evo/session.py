@@ -161,3 +161,17 @@ def report_run(source: str | Path, out: str | Path, run_id: str | None = None) -
     path = write_report(frames, out)
     print(f"wrote {path} ({len(frames.evaluations)} evaluations of {frames.run['run_id']})")
     return 0
+
+
+def export_run(source: str | Path, out: str | Path, **options) -> int:
+    """`evo export`: the run's dispatch table as a standalone package (evo.export); 2 when refused."""
+    from evo.export import ExportError, export_run as _export
+
+    try:
+        result = _export(source, out, **options)
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {result.package} to {result.path}: {len(result.entries)} dispatch entries, "
+          f"{len(result.kernels)} kernels (install with: pip install {result.path})")
+    return 0

@@ -58,13 +58,17 @@ def main() -> int:
     ap.add_argument("--dispatch", required=True)
     ap.add_argument("--matrix", default="quack:bf16")
     ap.add_argument("--out", required=True, help="path prefix: writes PREFIX.json and PREFIX.md")
+    ap.add_argument("--baselines", default=",".join(BASELINES),
+                    help="comma list; quack_tuned autotunes exhaustively at its first call per shape "
+                         "(minutes of JIT compiles): leave it out when device time is short")
     args = ap.parse_args()
     table = json.loads(Path(args.dispatch).read_text())
     entries = [DispatchEntry(e["dtype"], e["n_min"], e["n_max"], e["key"], e["genome"]) for e in table["entries"]]
     genomes = {e.key: SPACE.make(e.genome) for e in entries}
     t0 = time.time()
     results = {}
-    with GPUEvaluator("rmsnorm", SPACE, matrix=args.matrix, baseline="torch", baselines=list(BASELINES),
+    baselines = [b for b in args.baselines.split(",") if b]
+    with GPUEvaluator("rmsnorm", SPACE, matrix=args.matrix, baseline="torch", baselines=baselines,
                       timeout_s=300) as ev:
         for key, g in genomes.items():
             (e,) = ev.evaluate([g])

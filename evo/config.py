@@ -96,6 +96,8 @@ class OptunaSection:
 @dataclass(frozen=True)
 class SearchSection:
     strategy: str = _f("ga", choices=("ga", "random"), doc="main search strategy")
+    seed_from: str = _f("", doc="earlier evidence (replay table, dump JSON or URL#RUN_ID) whose best "
+                                "verified genomes start the GA; path relative to the config file")
     ga: GASection = _f(factory=GASection)
     random: RandomSection = _f(factory=RandomSection)
     optuna: OptunaSection = _f(factory=OptunaSection)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fitness.evaluator import Evaluator
 from fitness.replay import ReplayEvaluator
 from genomes import GeneSpace
@@ -9,30 +11,52 @@ from evo.config import Config, ConfigError
 from evo.store import StoreError, open_store
 
 
-def replay_source(cfg: Config) -> tuple[str, str]:
-    """("file", path) or ("store", url#run_id) for evaluator.replay."""
-    src = cfg.evaluator.replay
+def replay_source(cfg: Config, src: str | None = None) -> tuple[str, str]:
+    """("file", path) or ("store", url#run_id) for evaluator.replay (or another source field)."""
+    src = cfg.evaluator.replay if src is None else src
     if "://" in src:
         return "store", src
     return "file", str(cfg.resolve(src))
 
 
+def load_evidence(cfg: Config, source: str, space: GeneSpace, **kw) -> ReplayEvaluator:
+    """Recorded evaluations from a table/dump file or a store URL#RUN_ID."""
+    kind, src = replay_source(cfg, source)
+    if kind == "store":
+        url, _, run_id = src.partition("#")
+        if not run_id:
+            raise ConfigError([f"{src!r} names a store but no run; write URL#RUN_ID"], cfg.source)
+        store = open_store(url)
+        try:
+            records = store.records(run_id)
+        finally:
+            store.close()
+        return ReplayEvaluator((r.evaluation for r in records), source=src, **kw)
+    return ReplayEvaluator.from_file(src, space=space, **kw)
+
+
+def seed_genomes(cfg: Config, space: GeneSpace) -> list:
+    """The best verified genomes of `search.seed_from` that are valid in today's space, best
+    first, at most one population's worth: what an earlier run learned starts this one."""
+    if not cfg.search.seed_from:
+        return []
+    evidence = load_evidence(cfg, cfg.search.seed_from, space)
+    metric = cfg.objective.metric
+    scored = sorted((e for e in evidence.evaluations() if e.fitness(metric) is not None and e.space == space.name),
+                    key=lambda e: (-e.fitness(metric), e.key))
+    out = []
+    for e in scored:
+        if space.is_valid(e.genome):
+            out.append(space.make(e.genome))
+        if len(out) == cfg.search.ga.population * cfg.search.ga.islands:
+            break
+    return out
+
+
 def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:
     ev = cfg.evaluator
     if ev.kind == "replay":
-        kind, src = replay_source(cfg)
-        if kind == "store":
-            url, _, run_id = src.partition("#")
-            if not run_id:
-                raise ConfigError([f"evaluator.replay: {src!r} names a store but no run; write URL#RUN_ID"], cfg.source)
-            store = open_store(url)
-            try:
-                records = store.records(run_id)
-            finally:
-                store.close()
-            return ReplayEvaluator((r.evaluation for r in records), missing=ev.missing,
-                                   latency_s=ev.latency_s, source=src)
-        return ReplayEvaluator.from_file(src, space=space, missing=ev.missing, latency_s=ev.latency_s)
+        return load_evidence(cfg, ev.replay, space, missing=ev.missing, latency_s=ev.latency_s)
     from fitness.gpu_evaluator import GPUEvaluator   # imports the GPU stack only when asked
 
     # During a search only the objective's baseline is timed beside each candidate (it is what the
@@ -66,8 +90,6 @@ def check_environment(cfg: Config, store_url: str | None = None) -> None:
     else:
         kind, src = replay_source(cfg)
         if kind == "file":
-            from pathlib import Path
-
             if not Path(src).is_file():
                 problems.append(f"evaluator.replay: {src} does not exist (paths are relative to the config file)")
         else:
@@ -75,6 +97,10 @@ def check_environment(cfg: Config, store_url: str | None = None) -> None:
                 open_store(src.partition("#")[0]).close()
             except StoreError as exc:
                 problems.append(f"evaluator.replay: {exc}")
+    if cfg.search.seed_from:
+        kind, src = replay_source(cfg, cfg.search.seed_from)
+        if kind == "file" and not Path(src).is_file():
+            problems.append(f"search.seed_from: {src} does not exist (paths are relative to the config file)")
     if store_url:
         try:
             open_store(store_url).close()

@@ -38,6 +38,9 @@ def _resolved(cfg: Config) -> dict:
     ev = data["evaluator"]
     if ev["kind"] == "replay" and ev["replay"] and "://" not in ev["replay"]:
         ev["replay"] = str(cfg.resolve(ev["replay"]))
+    seed = data["search"]["seed_from"]
+    if seed and "://" not in seed:
+        data["search"]["seed_from"] = str(cfg.resolve(seed))
     return data
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from genomes import load_space
 from evo.config import Config
-from evo.evaluators import build_evaluator, check_environment
+from evo.evaluators import build_evaluator, check_environment, seed_genomes
 from evo.progress import ProgressBar
 from evo.rundir import RunDir, create_run_dir, open_run_dir
 from evo.run import Run, RunSummary, new_run_info
@@ -27,7 +27,8 @@ def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
             store.create_run(new_run_info(cfg, rd.run_id))
         bar = ProgressBar(cfg.budget.evaluations, cfg.objective.metric, enabled=cfg.output.progress and not quiet)
         with build_evaluator(cfg, space) as evaluator:
-            run = Run(cfg, space, store, evaluator, rd.run_id, optuna_storage=rd.optuna_storage, on_progress=bar)
+            run = Run(cfg, space, store, evaluator, rd.run_id, optuna_storage=rd.optuna_storage,
+                      seeds=seed_genomes(cfg, space), on_progress=bar)
             try:
                 return run.optimize()
             finally:

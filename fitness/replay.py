@@ -44,6 +44,10 @@ class ReplayEvaluator(Evaluator):
     def __contains__(self, key: str) -> bool:
         return key in self._table
 
+    def evaluations(self) -> list[Evaluation]:
+        """Every recorded verdict, one per genome key."""
+        return list(self._table.values())
+
     def best(self, metric: str) -> Evaluation | None:
         scored = [e for e in self._table.values() if e.fitness(metric) is not None]
         return max(scored, key=lambda e: (e.fitness(metric), e.key)) if scored else None

@@ -139,3 +139,28 @@ def test_interrupt_marks_run_and_keeps_records(synthetic_space, synthetic_table)
         run.optimize()
     assert store.get_run("i").state == "interrupted"
     assert store.count("i") == 20
+
+
+def test_seed_from_earlier_evidence_starts_the_ga_from_its_best(synthetic_space, synthetic_table):
+    from evo.evaluators import seed_genomes
+
+    cfg = make_config(search={"seed_from": str(synthetic_table.source), "ga": {"population": 8, "offspring": 8}},
+                      budget={"evaluations": 40})
+    seeds = seed_genomes(cfg, synthetic_space)
+    ranked = sorted((e for e in synthetic_table.evaluations() if e.fitness("geomean_speedup") is not None),
+                    key=lambda e: -e.fitness("geomean_speedup"))
+    assert [g.key for g in seeds] == [e.key for e in ranked[:8]]
+    store = open_store("memory://")
+    store.create_run(new_run_info(cfg, "seeded"))
+    Run(cfg, synthetic_space, store, synthetic_table, "seeded", seeds=seeds).optimize()
+    first = store.records("seeded")[:8]
+    assert [r.key for r in first] == [g.key for g in seeds] and {r.operator for r in first} == {"seed"}
+
+
+def test_seed_from_a_missing_file_is_a_config_error(tmp_path):
+    from evo.config import ConfigError
+    from evo.evaluators import check_environment
+
+    cfg = make_config(search={"seed_from": str(tmp_path / "none.json")})
+    with pytest.raises(ConfigError, match="search.seed_from"):
+        check_environment(cfg)

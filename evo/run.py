@@ -24,7 +24,7 @@ from fitness.replay import NotRecorded
 from genomes import GeneSpace, Genome
 from operators import Candidate
 from evo.config import Config
-from evo.store import Record, RunInfo, Store
+from evo.store import Record, RunInfo, Store, best_record
 from evo.strategies.base import Strategy
 from evo.strategies.ga import GeneticAlgorithm
 from evo.strategies.optuna_stage import OptunaStage
@@ -243,8 +243,7 @@ class Run:
 
     def best(self) -> Record | None:
         """The best record of the whole run (all sessions)."""
-        scored = [r for r in self.recorded.values() if r.fitness(self.metric) is not None]
-        return max(scored, key=lambda r: (r.fitness(self.metric), -r.seq)) if scored else None
+        return best_record(self.recorded.values(), self.metric)
 
     def summary(self) -> RunSummary:
         counts: dict[str, int] = {}

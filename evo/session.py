@@ -12,7 +12,7 @@ from evo.evaluators import build_evaluator, check_environment, seed_genomes
 from evo.progress import ProgressBar
 from evo.rundir import RunDir, create_run_dir, open_run_dir
 from evo.run import Run, RunSummary, new_run_info
-from evo.store import open_store
+from evo.store import best_record, open_store
 
 
 def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
@@ -87,8 +87,7 @@ def print_status(path: str | Path) -> int:
     by_status: dict[str, int] = {}
     for r in records:
         by_status[r.status.value] = by_status.get(r.status.value, 0) + 1
-    scored = [r for r in records if r.fitness(metric) is not None]
-    best = max(scored, key=lambda r: (r.fitness(metric), -r.seq)) if scored else None
+    best = best_record(records, metric)
     print(f"run {info.run_id} ({info.family}, seed {info.seed}): {info.state}, "
           f"{len(records)}/{rd.config.budget.evaluations} evaluations, {info.elapsed_s:.1f} s")
     if info.notes.get("stop_reason"):

@@ -72,6 +72,12 @@ class Record:
         return replace(self, seq=seq, recorded_at=recorded_at)
 
 
+def best_record(records: Iterable[Record], metric: str) -> Record | None:
+    """The record with the highest fitness; the earliest wins a tie. None if none has a fitness."""
+    scored = [r for r in records if r.fitness(metric) is not None]
+    return max(scored, key=lambda r: (r.fitness(metric), -r.seq)) if scored else None
+
+
 class Store(abc.ABC):
     """Runs and their records. Implementations must be safe to reopen after a crash."""
 
@@ -121,8 +127,7 @@ class Store(abc.ABC):
         return [self.append(r) for r in records]
 
     def best(self, run_id: str, metric: str) -> Record | None:
-        scored = [r for r in self.records(run_id) if r.fitness(metric) is not None]
-        return max(scored, key=lambda r: (r.fitness(metric), -r.seq)) if scored else None
+        return best_record(self.records(run_id), metric)
 
     def close(self) -> None:
         """Release connections."""

@@ -44,20 +44,46 @@ def main() -> int:
                    cubin=cubin, cases=tuple(cases), launches={c.id: fam.launch(DEFAULT, c) for c in cases},
                    seed=i, timing=timing)
 
+    import fitness.device as devmod
+    split: dict[str, float] = {}
+
+    def timed(owner, name, label):
+        fn = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            t1 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                split[label] = split.get(label, 0.0) + time.perf_counter() - t1
+        setattr(owner, name, wrapper)
+
+    # where a case's wall time goes (each of these ends in a host sync)
+    timed(DeviceRunner, "_verify", "verify")
+    timed(DeviceRunner, "_timing_data", "inputs")
+    timed(DeviceRunner, "_prepare_baselines", "baselines")
+    timed(DeviceRunner, "_fill_inputs", "fill")
+    timed(devmod, "judge_outputs", "judge")
+    timed(devmod.verify, "fingerprints", "prints")
+
     t = time.time()
     runner = DeviceRunner(0)
     print(f"runner start {time.time() - t:.2f}s  {runner.describe()}")
     t = time.time()
+    split.clear()
     r = runner.run(job(CHECK, fam.check_cases()))
+    print(" ".join(f"{k}={v:.3f}" for k, v in sorted(split.items())))
     print(f"CHECK {len(fam.check_cases())} cases {time.time() - t:.2f}s {r.status.value}")
     cases = fam.benchmark_cases(args.matrix)
     for rnd in (1, 2):
         for i, c in enumerate(cases):
             t = time.time()
+            split.clear()
             r = runner.run(job(BENCH, [c], 100 * rnd + i))
             cr = r.cases[0]
+            parts = " ".join(f"{k}={v:.3f}" for k, v in sorted(split.items()))
             print(f"round {rnd} {c.id:22s} {time.time() - t:6.2f}s {cr.status.value} {cr.time_us or 0:9.1f}us "
-                  f"{dict(cr.baselines_us)}")
+                  f"{dict(cr.baselines_us)} | {parts}")
     prof = cProfile.Profile()
     t = time.time()
     prof.enable()

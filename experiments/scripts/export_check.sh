@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# On the GPU machine: export a run's dispatch table, pip-install the package into a clean target
+# (no factory on its path), run the package's own tests, then its benchmark script.
+#   bash experiments/scripts/export_check.sh RUN OUTDIR [BENCH_JSON]
+set -o pipefail
+RUN=$1; OUTD=$2; BENCH=${3:-results/rmsnorm_fwd_h200.json}
+mkdir -p "$OUTD"
+rm -rf /tmp/pkg /tmp/pkgsite
+python3 -m evo.cli export "$RUN" --out /tmp/pkg --bench "$BENCH" 2>&1 | tail -3 || exit 1
+python3 -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check --target /tmp/pkgsite /tmp/pkg 2>&1 | tail -3
+cp -r /tmp/pkg/tests /tmp/pkgtests
+# the factory is not importable from here: only the clean target (and the machine's torch/cupy)
+(cd /tmp/pkgtests && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite python3 -m pytest -q -p no:cacheprovider . 2>&1 | tail -15) \
+    | tee "$OUTD/pkg_tests.log"
+(cd /tmp && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite python3 -m ptxk_rmsnorm.bench --out "$OUTD/pkg_bench.json" 2>&1 | tail -20) \
+    | tee "$OUTD/pkg_bench.log"

@@ -70,10 +70,12 @@ def main() -> int:
     runner = DeviceRunner(0)
     print(f"runner start {time.time() - t:.2f}s  {runner.describe()}")
     t = time.time()
-    split.clear()
-    r = runner.run(job(CHECK, fam.check_cases()))
-    print(" ".join(f"{k}={v:.3f}" for k, v in sorted(split.items())))
-    print(f"CHECK {len(fam.check_cases())} cases {time.time() - t:.2f}s {r.status.value}")
+    for rnd in (1, 2):
+        t = time.time()
+        split.clear()
+        r = runner.run(job(CHECK, fam.check_cases(), rnd))
+        print(f"CHECK {rnd}: {len(fam.check_cases())} cases {time.time() - t:.2f}s {r.status.value} | "
+              + " ".join(f"{k}={v:.3f}" for k, v in sorted(split.items())))
     cases = fam.benchmark_cases(args.matrix)
     for rnd in (1, 2):
         for i, c in enumerate(cases):

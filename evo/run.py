@@ -157,6 +157,9 @@ class Run:
             if self._out_of_time():
                 break
             chunk = todo[i:i + batch]
+            upcoming = todo[i + batch:i + 2 * batch]
+            if upcoming:
+                self.evaluator.prefetch([c.genome for c in upcoming])   # compiles while this chunk runs
             try:
                 evals = self.evaluator.evaluate([c.genome for c in chunk])
             except NotRecorded:

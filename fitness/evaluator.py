@@ -27,6 +27,10 @@ class Evaluator(abc.ABC):
     def evaluate(self, genomes: Sequence[Genome]) -> list[Evaluation]:
         """One Evaluation per genome, in order."""
 
+    def prefetch(self, genomes: Sequence[Genome]) -> None:
+        """A hint: these genomes come in a later evaluate() call, so work that does not need the
+        device (compiling) may start now. Must not raise for a bad genome; default: nothing."""
+
     def describe(self) -> dict[str, Any]:
         """Device and toolkit facts recorded beside every evaluation."""
         return {}

@@ -29,6 +29,7 @@ gets `startup_timeout_s`. The device runner itself abandons a launch after
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import sys
 import time
@@ -96,6 +97,8 @@ class GPUEvaluator(Evaluator):
         self._toolkit: str | None = None
         self._device = ""
         self._totals = {"evaluated": 0, "verified": 0, "gpu_seconds": 0.0, "wall_seconds": 0.0}
+        self._prefetch_pool: cf.ThreadPoolExecutor | None = None
+        self._prefetched: dict[str, cf.Future] = {}     # genome key -> its background compile
 
         offered = [b.name for b in family.baselines()]
         names = list(offered if baselines is None else baselines)
@@ -152,11 +155,44 @@ class GPUEvaluator(Evaluator):
         return self._pool
 
     # -- the contract ----------------------------------------------------------------------
+    def prefetch(self, genomes: Sequence[Genome]) -> None:
+        """Start compiling genomes that a later evaluate() will get, in the background.
+
+        The GPU waits while a batch compiles (3-5 s for 4 RMSNorm genomes, about half of their
+        GPU time after the judge's speed-ups), so the run hands over its next batch before
+        evaluating the current one. The compiles land in the content-addressed cache, where
+        evaluate()'s own stage 0 finds them (it waits for a genome's background compile first).
+        Nothing here can fail a candidate: a render or compile problem is found and reported
+        again by stage 0."""
+        items, keys = [], []
+        for g in genomes:
+            if g.key in self._prefetched or self.space.violations(g.as_dict()):
+                continue
+            try:
+                items.append((self.family.render(g), tuple(self.family.compile_flags(g))))
+            except Exception:  # noqa: BLE001 - stage 0 reports it
+                continue
+            keys.append(g.key)
+        if not items:
+            return
+        if self._prefetch_pool is None:
+            self._prefetch_pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evo-prefetch")
+        fut = self._prefetch_pool.submit(self.compiler().compile_many, items)
+        for k in keys:
+            self._prefetched[k] = fut
+
     def evaluate(self, genomes: Sequence[Genome]) -> list[Evaluation]:
         genomes = list(genomes)
         if not genomes:
             return []
         t0 = time.time()
+        for g in genomes:
+            fut = self._prefetched.pop(g.key, None)
+            if fut is not None:
+                try:
+                    fut.result()
+                except Exception:  # noqa: BLE001 - stage 0 compiles again and reports
+                    pass
         compiler = self.compiler()
         pool = self.pool()
         settings = replace(self.settings, toolkit=self.toolkit, device=self._device)
@@ -198,5 +234,9 @@ class GPUEvaluator(Evaluator):
         return out
 
     def close(self) -> None:
+        if self._prefetch_pool is not None:
+            self._prefetch_pool.shutdown(wait=True, cancel_futures=True)
+            self._prefetch_pool = None
+            self._prefetched.clear()
         if self._pool is not None:
             self._pool.close()

@@ -332,3 +332,36 @@ def test_gpu_evaluator_jobs_cross_the_process_boundary(tmp_path):
         assert narrow.status is Status.INVALID
         assert ev.describe()["copy_ceiling_tbps"] == 4.0
         assert pool.stats["jobs"] == 4 and pool.stats["restarts"] == 0
+
+
+def test_gpu_evaluator_prefetch_compiles_the_next_batch_in_the_background(tmp_path):
+    import threading
+
+    class ThreadRecordingCompiler(FakeCompiler):
+        def __init__(self, tmp):
+            super().__init__(tmp)
+            self.threads: list[str] = []
+            self.gate = threading.Event()
+
+        def compile_many(self, items):
+            name = threading.current_thread().name
+            self.threads.append(name)
+            if name.startswith("evo-prefetch"):
+                self.gate.wait(5)                 # still compiling while the first batch is judged
+            return super().compile_many(items)
+
+    first, second = [g("ok", 2.0)], [g("ok", 0.5), g("compile_error")]
+    pool = FakePool({x.key: x for x in first + second})
+    compiler = ThreadRecordingCompiler(tmp_path)
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=compiler, pool=pool, baselines=())
+    ev.prefetch(second)
+    out1 = ev.evaluate(first)                     # does not wait for the other batch's compile
+    assert out1[0].status is Status.OK
+    assert compiler.threads[0].startswith("evo-prefetch") and not compiler.threads[1].startswith("evo-prefetch")
+    compiler.gate.set()
+    out2 = ev.evaluate(second)                    # waits for its background compile, then judges
+    assert [e.status for e in out2] == [Status.OK, Status.COMPILE_ERROR]
+    assert out2[0].objectives["geomean_speedup"] == pytest.approx(0.5)
+    ev.prefetch([])                               # nothing to do: no error
+    pool.close = lambda: None
+    ev.close()                                    # stops the prefetch thread too

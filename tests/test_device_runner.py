@@ -439,7 +439,7 @@ def test_bench_catches_a_kernel_that_stops_working_while_timed():
     r = runner({"lazy": CountingKernel(4, k_no_work)}, l2_bytes=1 << 22)
     res = r.run(job("lazy", BENCH, cases=[FAMILY.make_case(7, 520, "bf16")]))
     assert res.status is Status.WRONG_RESULT
-    assert "[timed launches, input set" in res.cases[0].message and "not written" in res.cases[0].message
+    assert "[timed launches: launch " in res.cases[0].message and "not written" in res.cases[0].message
 
 
 def test_bench_catches_input_modified_while_timed():
@@ -547,3 +547,82 @@ def test_baselines_are_sampled_less_once_pooled(monkeypatch):
     for _ in range(2):
         r.run(job("good", BENCH, cases=[case]))
     assert len(pool) == 9                             # only the last BASELINE_POOL_SIZE are kept
+
+
+class AlternatingKernel:
+    """Honest for the first `honest` calls, then does no work on every other call: a kernel whose
+    median time would be the lazy calls' while half of its outputs are right."""
+
+    def __init__(self, honest: int):
+        self.honest, self.calls = honest, 0
+
+    def __call__(self, be, launch, args):
+        self.calls += 1
+        if self.calls <= self.honest or self.calls % 2 == 0:
+            k_good(be, launch, args)
+        else:
+            k_no_work(be, launch, args)
+
+
+def test_bench_catches_a_kernel_that_skips_every_other_timed_call():
+    # checked timed launches are the last on every set plus random ones; over a few seeds the
+    # alternating kernel must always be caught (each check has a 1/2 chance, several checks)
+    case = FAMILY.make_case(7, 520, "bf16")
+    caught = 0
+    for seed in range(6):
+        r = runner({"alt": AlternatingKernel(4)}, l2_bytes=1 << 22)
+        j = job("alt", BENCH, cases=[case], reps=20)
+        res = r.run(Job(**{**j.__dict__, "seed": seed}))
+        caught += res.status is Status.WRONG_RESULT
+    assert caught == 6
+
+
+def test_checked_timed_launches_depend_on_the_seed_and_only_they_are_poisoned():
+    case = FAMILY.make_case(7, 520, "bf16")
+    polls: dict[int, list[int]] = {}
+    for seed in (1, 2, 3):
+        r = runner({"good": k_good}, l2_bytes=1 << 22)
+        poisoned: list[int] = []
+        calls = {"n": 0}
+        orig = dev.GuardedBuffer.poison_data
+
+        def spy(self, _orig=orig):
+            poisoned.append(calls["n"])
+            _orig(self)
+
+        def counting(be, launch, args):
+            calls["n"] += 1
+            k_good(be, launch, args)
+
+        r.backend.kernels["good"] = counting
+        dev.GuardedBuffer.poison_data = spy
+        try:
+            j = job("good", BENCH, cases=[case], reps=30)
+            res = r.run(Job(**{**j.__dict__, "seed": seed}))
+        finally:
+            dev.GuardedBuffer.poison_data = orig
+        assert res.status is Status.OK, res.message
+        polls[seed] = poisoned
+        # only a handful of the 30 timed launches are poisoned and checked
+        launches = sorted(set(poisoned))       # one poison per output (y, rstd) of a checked launch
+        assert 1 <= len(launches) <= dev.MAX_INPUT_SETS + dev.CHECKED_RANDOM_ROUNDS < 30, poisoned
+        poisoned[:] = launches
+    assert len({tuple(v) for v in polls.values()}) > 1, polls
+
+
+def test_long_rounds_cut_the_warm_up_to_one_round():
+    # a round longer than WARMUP_BUDGET_S needs one warm-up round, not timing.warmup of them
+    case = FAMILY.make_case(7, 520, "bf16")
+    calls = {"n": 0}
+
+    def slow(be, launch, args):
+        calls["n"] += 1
+        time.sleep(dev.WARMUP_BUDGET_S * 1.5)
+        k_good(be, launch, args)
+
+    r = runner({"slow": slow}, l2_bytes=1 << 22)
+    res = r.run(job("slow", BENCH, cases=[case], reps=6, warmup=5))
+    assert res.status is Status.OK, res.message
+    assert res.cases[0].samples == 6
+    # 2 verification calls + 1 warm-up + 6 timed launches
+    assert calls["n"] == 2 + 1 + 6, calls

@@ -182,6 +182,23 @@ class GPUEvaluator(Evaluator):
             self._prefetched[k] = fut
 
     def evaluate(self, genomes: Sequence[Genome]) -> list[Evaluation]:
+        return self._evaluate(genomes, self.settings)
+
+    def evaluate_cases(self, genomes: Sequence[Genome], case_ids: Sequence[str]) -> list[Evaluation]:
+        """Like evaluate(), on a subset of the benchmark matrix (case ids from it, in its order).
+
+        For final tables: a dispatch table's genome is timed only on the cases it serves, instead
+        of the whole matrix for every genome."""
+        wanted = set(case_ids)
+        unknown = wanted - {c.id for c in self.settings.bench_cases}
+        if unknown:
+            raise ValueError(f"cases not in the benchmark matrix: {sorted(unknown)}")
+        if not wanted:
+            raise ValueError("evaluate_cases needs at least one case")
+        subset = tuple(c for c in self.settings.bench_cases if c.id in wanted)
+        return self._evaluate(genomes, replace(self.settings, bench_cases=subset))
+
+    def _evaluate(self, genomes: Sequence[Genome], base: Settings) -> list[Evaluation]:
         genomes = list(genomes)
         if not genomes:
             return []
@@ -195,7 +212,7 @@ class GPUEvaluator(Evaluator):
                     pass
         compiler = self.compiler()
         pool = self.pool()
-        settings = replace(self.settings, toolkit=self.toolkit, device=self._device)
+        settings = replace(base, toolkit=self.toolkit, device=self._device)
         evaluations = run_cascade(genomes, settings, compiler, pool, space=self.space)
         self._totals["evaluated"] += len(evaluations)
         self._totals["verified"] += sum(e.status is Status.OK for e in evaluations)

@@ -365,3 +365,17 @@ def test_gpu_evaluator_prefetch_compiles_the_next_batch_in_the_background(tmp_pa
     ev.prefetch([])                               # nothing to do: no error
     pool.close = lambda: None
     ev.close()                                    # stops the prefetch thread too
+
+
+def test_gpu_evaluator_evaluate_cases_times_only_the_given_cases(tmp_path):
+    genomes = [g("ok", 2.0)]
+    pool = FakePool({x.key: x for x in genomes})
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=FakeCompiler(tmp_path), pool=pool, baselines=())
+    all_ids = [c.id for c in ev.settings.bench_cases]
+    (e,) = ev.evaluate_cases(genomes, all_ids[-1:])
+    assert e.status is Status.OK and [c.case for c in e.cases] == all_ids[-1:]
+    bench_jobs = [j for j in pool.jobs if j.stage == "bench"]
+    assert [c.id for c in bench_jobs[-1].cases] == all_ids[-1:]
+    assert [c.id for c in ev.settings.bench_cases] == all_ids          # the evaluator itself unchanged
+    with pytest.raises(ValueError, match="not in the benchmark matrix"):
+        ev.evaluate_cases(genomes, ["nope"])

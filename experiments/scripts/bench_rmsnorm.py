@@ -1,8 +1,9 @@
 """Final RMSNorm forward table: the dispatch table's genomes timed beside every baseline.
 
-Each distinct genome of the dispatch table goes through the full judge (fresh-input verification
-of every case, then timing interleaved with torch, torch.compile, QuACK and Liger where they
-import, in one process); each case then reports the genome the table assigns to it.
+Each distinct genome of the dispatch table goes through the full judge on the cases the table
+gives it (the check cases, then fresh-input verification of every one of its benchmark cases,
+then timing interleaved with torch, torch.compile, QuACK and Liger where they import, all in one
+process).
 
     python experiments/scripts/bench_rmsnorm.py --dispatch results/rmsnorm_dispatch.json \
         --matrix quack:bf16 --out results/rmsnorm_fwd_h200
@@ -70,9 +71,15 @@ def main() -> int:
     baselines = [b for b in args.baselines.split(",") if b]
     with GPUEvaluator("rmsnorm", SPACE, matrix=args.matrix, baseline="torch", baselines=baselines,
                       timeout_s=300) as ev:
+        serves: dict[str, list[str]] = {}          # genome key -> the cases the table gives it
+        for c in ev.settings.bench_cases:
+            serves.setdefault(lookup(entries, c.params["dtype"], int(c.params["N"])).key, []).append(c.id)
         for key, g in genomes.items():
-            (e,) = ev.evaluate([g])
-            print(f"{key}: {e.status.value} {e.message[:200]}", flush=True)
+            if key not in serves:
+                print(f"{key}: serves no case of {args.matrix}", flush=True)
+                continue
+            (e,) = ev.evaluate_cases([g], serves[key])
+            print(f"{key}: {len(serves[key])} cases {e.status.value} {e.message[:200]}", flush=True)
             results[key] = e
         device = ev.describe().get("device")
     cases = []

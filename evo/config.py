@@ -77,6 +77,8 @@ class GASection:
     migration_interval: int = _f(5, min=1, doc="generations between migrations")
     migrants: int = _f(1, min=1, doc="genomes sent to the next island per migration")
     generations: int = _f(0, min=0, doc="stop after this many generations (0: only the budget stops it)")
+    case_champions: int = _f(1, min=0, doc="also keep, per benchmark case, this many genomes fastest on that "
+                                         "case (specialists for the dispatch table; 0: off)")
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,29 @@
-"""A generational genetic algorithm: (mu + lambda) with elitism and optional islands.
+"""A generational genetic algorithm: (mu + lambda) with elitism, case champions and optional islands.
 
 Each island keeps `population` parents. Every generation each island produces `offspring`
 children by crossover and mutation (operators.vary), and the next parents are the elites of
-parents + children plus tournament winners from the same pool. Islands exchange their best
-genomes in a ring every `migration_interval` generations, which keeps diversity without
-slowing convergence much. Failed candidates stay in the pool with fitness -inf, so they are
-never chosen while anything that ran is available.
+parents + children, the case champions of that pool, and tournament winners from the same pool.
+Islands exchange their best genomes in a ring every `migration_interval` generations, which
+keeps diversity without slowing convergence much. Failed candidates stay in the pool with
+fitness -inf, so they are never chosen while anything that ran is available.
+
+Why case champions: the product of a search is a dispatch table (evo/dispatch.py), the best
+genome for each benchmark case (row width), not one genome. Selection on the scalar objective
+(e.g. the geomean speedup over all cases) alone would drop a genome that is the fastest on the
+very long rows but mediocre elsewhere, and with it the lineage that could improve that entry of
+the table. So, besides the elites, the `case_champions` fastest verified genomes of every case
+(status OK, not suspect, the case itself OK and timed) stay parents too. They take their slots
+from the tournament part, so the population size does not change; if elites and champions do
+not all fit, the elites stay, then the champions that beat the pool's runner-up on their case
+by the widest margin (the most unique specialists) first. Everything is decided from the
+evaluations told, in a fixed order, so the same evaluations give the same parents (resume).
 """
 
 from __future__ import annotations
 
+import math
 import random
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from fitness.records import Evaluation
 from genomes import GeneSpace, Genome
@@ -33,6 +45,8 @@ class GeneticAlgorithm(Strategy):
         self.islands: list[list[Individual]] = []
         self._pending_islands: list[int] = []   # island of each candidate of the last ask
         self._evaluated: set[str] = set()        # keys told so far: children should be new
+        # genome key -> {case: time_us} of the verified evaluations told so far (case champions)
+        self._case_times: dict[str, dict[str, float]] = {}
 
     # -- ask ---------------------------------------------------------------------------------
     def ask(self) -> list[Candidate]:
@@ -75,6 +89,11 @@ class GeneticAlgorithm(Strategy):
                   for c, e in zip(candidates, evaluations)]
         islands = self._pending_islands[: len(scored)]
         self._evaluated.update(c.key for c in candidates[: len(scored)])
+        if self.cfg.case_champions:
+            for c, e in zip(candidates, evaluations):
+                times = case_times(e, self.metric)
+                if times:
+                    self._case_times[c.key] = times
         if not self.islands:
             self.islands = [[] for _ in range(self.cfg.islands)]
             for ind, isl in zip(scored, islands):
@@ -94,6 +113,13 @@ class GeneticAlgorithm(Strategy):
             return pool
         keep = best_unique(pool, min(self.cfg.elites, mu))
         kept = {k.key for k in keep}
+        if self.cfg.case_champions:
+            for champ in case_champions(pool, self._case_times, self.cfg.case_champions):
+                if len(keep) >= mu:
+                    break
+                if champ.key not in kept:
+                    kept.add(champ.key)
+                    keep.append(champ)
         rest = [p for p in pool if p.key not in kept]
         # prefer distinct genomes: a population of copies cannot explore
         distinct = list({p.key: p for p in rest}.values())
@@ -117,3 +143,53 @@ class GeneticAlgorithm(Strategy):
         everyone = [p for pop in self.islands for p in pop]
         top = best_unique(everyone, 1)
         return top[0] if top else None
+
+
+# -- case champions ------------------------------------------------------------------------------
+
+def case_times(evaluation: Evaluation, metric: str) -> dict[str, float]:
+    """{case: time_us} of a verified evaluation; empty when it cannot compete.
+
+    Verified: the evaluation is OK, not suspect and has a finite `metric` (so a champion is
+    always a runnable parent); of its cases only those OK with a positive, finite time count.
+    """
+    if evaluation.fitness(metric) is None:
+        return {}
+    return {c.case: float(c.time_us) for c in evaluation.cases
+            if c.status.ok and c.time_us is not None and math.isfinite(c.time_us) and c.time_us > 0}
+
+
+def case_champions(pool: Sequence[Individual], times: Mapping[str, Mapping[str, float]],
+                   k: int) -> list[Individual]:
+    """The `k` fastest distinct genomes of `pool` on every case, most valuable first.
+
+    Order: every case's fastest before any case's second fastest, and so on; within a rank,
+    the genome that beats the next one on its case by the widest ratio first (one alone on a
+    case: infinite margin), ties by case name. A genome that is champion of several cases
+    appears once, at its best place. Genomes without times (failed, suspect, no cases) never
+    appear. Deterministic: depends only on the pool's order and the times.
+    """
+    if k <= 0:
+        return []
+    distinct: dict[str, Individual] = {}
+    for ind in pool:
+        if ind.key in times and not ind.failed:
+            distinct.setdefault(ind.key, ind)
+    by_case: dict[str, list[tuple[float, int, Individual]]] = {}
+    for order, (key, ind) in enumerate(distinct.items()):
+        for case, t in times[key].items():
+            by_case.setdefault(case, []).append((t, order, ind))
+    ranked: list[tuple[int, float, str, int, Individual]] = []
+    for case in sorted(by_case):
+        entries = sorted(by_case[case], key=lambda x: (x[0], x[1]))
+        for rank, (t, order, ind) in enumerate(entries[:k]):
+            margin = entries[rank + 1][0] / t if rank + 1 < len(entries) else math.inf
+            ranked.append((rank, -margin, case, order, ind))
+    ranked.sort(key=lambda x: x[:4])
+    out: list[Individual] = []
+    seen: set[str] = set()
+    for *_, ind in ranked:
+        if ind.key not in seen:
+            seen.add(ind.key)
+            out.append(ind)
+    return out

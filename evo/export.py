@@ -391,6 +391,9 @@ the timed dtype's ranges (correct, verified by the package tests, but not tuned 
   `{fac.get('commit')}`{' (with uncommitted changes)' if fac.get('dirty') else ''}
 - `tests/test_{pkg}.py`: correctness (float64 reference, NaN-poisoned outputs, inputs unchanged) at
   the benchmark, model and odd shapes, bf16/fp16/fp32; skipped without an sm_90 GPU
-- `bench.py` (`python -m {pkg}.bench`): this op beside torch's F.rms_norm, CUDA events, L2 flushed,
-  median of 50, QuACK bf16 shapes
+- `bench.py` (`python -m {pkg}.bench [--dtype bf16|fp16|fp32|all] [--shapes quack|models|all]`):
+  per shape the kernel's time into a preallocated output (measured like the factory's judge, so
+  comparable with the table above), the end-to-end `{pkg}.rmsnorm()` call and torch's
+  F.rms_norm, interleaved; CUDA events around each call, L2 flushed before every sample, median
+  and IQR of 50 samples
 """

@@ -181,6 +181,11 @@ for call in (lambda: p.rmsnorm(None, None), lambda: p.rmsnorm_cupy(None, None)):
     for line in errors:
         assert "sm_90a" in line and "H100/H200" in line and "found" in line
     assert "plan 97d69cc067472bc1f279 rmsnorm_fwd_bf16_fp32" in run.stdout
+    # the bench's options parse on any machine (torch and cupy are imported after)
+    run = subprocess.run([sys.executable, "-m", f"{PKG}.bench", "--help"], capture_output=True, text=True,
+                         cwd=tmp_path, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "--shapes {all,models,quack}" in run.stdout and "kernel_us" in run.stdout
 
 
 # -- the packaged geometry -------------------------------------------------------------------------
@@ -321,3 +326,374 @@ def test_export_refuses_a_non_empty_out_dir(tmp_path):
     with pytest.raises(ExportError, match="not empty"):
         export_run(RUN, tmp_path / "out", cache_dir=tmp_path / "cache")
     assert (tmp_path / "out" / "keep.txt").exists()
+
+
+# -- the package's hot path and bench, on CPU (fake torch and cupy) ---------------------------------
+def _load_package(root: Path):
+    spec = importlib.util.spec_from_file_location(PKG, root / PKG / "__init__.py",
+                                                  submodule_search_locations=[str(root / PKG)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[PKG] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def pkg_module(exported):
+    saved = {k: v for k, v in sys.modules.items() if k == PKG or k.startswith(PKG + ".")}
+    try:
+        yield _load_package(exported.path)
+    finally:
+        for k in [k for k in sys.modules if k == PKG or k.startswith(PKG + ".")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+class _DType:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+    __str__ = __repr__
+
+
+class _Device:
+    def __init__(self, spec):
+        if isinstance(spec, _Device):
+            spec = str(spec)
+        self.type, _, idx = str(spec).partition(":")
+        self.index = int(idx) if idx else (0 if self.type == "cuda" else None)
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+class _FakeTensor:
+    """Just what the package's torch path touches: shape, dtype, device, pointers, copies."""
+
+    _next_ptr = 1 << 20
+    log: list = []
+
+    def __init__(self, shape, dtype, device="cuda:0", contiguous=True, ptr=None, requires_grad=False):
+        shape = (shape,) if isinstance(shape, int) else shape
+        self.shape, self.dtype, self.device = tuple(shape), dtype, _Device(device)
+        self.is_cuda = self.device.type == "cuda"
+        self._contiguous, self.requires_grad = contiguous, requires_grad
+        if ptr is None:
+            ptr = _FakeTensor._next_ptr
+            _FakeTensor._next_ptr += 1 << 20
+        self._ptr = ptr
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def data_ptr(self):
+        return self._ptr
+
+    def is_contiguous(self):
+        return self._contiguous
+
+    def contiguous(self):
+        if self._contiguous:
+            return self
+        self.log.append(("contiguous", self))
+        return _FakeTensor(self.shape, self.dtype, self.device)
+
+    def clone(self):
+        self.log.append(("clone", self))
+        return _FakeTensor(self.shape, self.dtype, self.device)
+
+    def get_device(self):
+        return self.device.index if self.is_cuda else -1
+
+    def to(self, device=None, dtype=None):
+        self.log.append(("to", self))
+        return _FakeTensor(self.shape, dtype or self.dtype, device or self.device)
+
+
+class _FakeSubclass(_FakeTensor):
+    pass
+
+
+def _fake_torch(state):
+    import types
+
+    t = types.ModuleType("torch")
+    t.__version__ = "0.0-fake"
+    t.Tensor = _FakeTensor
+    for name in ("bfloat16", "float16", "float32", "float64"):
+        setattr(t, name, _DType(name))
+    t.cuda = types.SimpleNamespace(
+        is_available=lambda: True, current_device=lambda: 0, get_device_capability=lambda d: (9, 0),
+        get_device_name=lambda d=None: "Fake H200")
+    t._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda dev: state["stream"])
+    t.compiler = types.SimpleNamespace(is_compiling=lambda: state["compiling"])
+    t.is_grad_enabled = lambda: state["grad"]
+
+    def empty(shape, dtype=None, device=None):
+        state["empty"] += 1
+        return _FakeTensor(shape, dtype, device)
+
+    t.empty = empty
+    return t
+
+
+def _fake_cupy(state):
+    import types
+
+    class Device:
+        def __init__(self, dev=None):
+            self.id = 0 if dev is None else dev
+
+        def __enter__(self):
+            state["device_enters"].append(self.id)
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    class Function:
+        def __init__(self, name):
+            self.name, self.ptr = name, 77
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None):
+            state["launches"].append({"kernel": self.name, "grid": grid, "block": block, "args": args,
+                                      "shared": shared_mem, "stream": stream})
+
+    class Module:
+        def load(self, data):
+            state["loads"] += 1
+
+        def get_function(self, name):
+            return Function(name)
+
+    class ExternalStream:
+        def __init__(self, ptr, device_id=-1):
+            state["streams"].append((ptr, device_id))
+            self.ptr = ptr
+
+    c = types.ModuleType("cupy")
+    c.__version__ = "0.0-fake"
+    c.cuda = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDevice=lambda: state["current"],
+                                      memsetAsync=lambda ptr, v, n, s: state["memsets"].append((ptr, v, n, s))),
+        Device=Device, ExternalStream=ExternalStream, function=types.SimpleNamespace(Module=Module),
+        driver=types.SimpleNamespace(funcSetAttribute=lambda *a: state["attrs"].append(a)))
+    return c
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    state = {"stream": 0xABC0, "compiling": False, "grad": True, "current": 0, "empty": 0, "loads": 0,
+             "launches": [], "streams": [], "device_enters": [], "attrs": [], "memsets": []}
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(state))
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(state))
+    _FakeTensor.log = []
+    return state
+
+
+def test_eager_rmsnorm_launches_directly_with_cached_host_work(pkg_module, fakes):
+    p, t = pkg_module, sys.modules["torch"]
+    ops = []
+    p._torch_op = lambda: (lambda *a: ops.append(a) or "from the op")
+    M, N = 4096, 4096
+    x = _FakeTensor((2, M // 2, N), t.bfloat16)
+    w = _FakeTensor((N,), t.float32)
+    y1 = p.rmsnorm(x, w)
+    y2 = p.rmsnorm(x, w, eps=1e-5)
+    assert not ops and isinstance(y1, _FakeTensor) and y1.shape == x.shape and y1.dtype is t.bfloat16
+    assert fakes["empty"] == 2 and _FakeTensor.log == []            # no weight .to(), no copy of x
+    key, launch = p.plan(M, N, "bf16")
+    assert len(fakes["launches"]) == 2
+    for call, y, eps in zip(fakes["launches"], (y1, y2), (1e-6, 1e-5)):
+        assert call["kernel"] == launch["kernel"] and call["grid"] == tuple(launch["grid"])
+        assert call["block"] == tuple(launch["block"]) and call["shared"] == launch["shared_bytes"]
+        a = call["args"]
+        assert [int(v) for v in a[:6]] == [x.data_ptr(), w.data_ptr(), y.data_ptr(), 0, M, N]
+        assert str(a[0].dtype) == "uint64" and str(a[4].dtype) == "int32" and str(a[6].dtype) == "float32"
+        assert abs(float(a[6]) - eps) < 1e-9 and call["stream"].ptr == 0xABC0
+    # loaded once, one stream wrapper, the device entered only to load the module
+    assert fakes["loads"] == 1 and fakes["streams"] == [(0xABC0, 0)] and fakes["device_enters"] == [0]
+    assert p._plan.cache_info().hits >= 2
+    # another current device: the launch enters the tensor's device
+    fakes["current"] = 1
+    p.rmsnorm(x, w)
+    assert fakes["device_enters"] == [0, 0] and fakes["loads"] == 1
+    # a weight in another dtype is converted once per call; plan() hands out copies
+    p.rmsnorm(x, _FakeTensor((N,), t.bfloat16))
+    assert [k for k, _ in _FakeTensor.log] == ["to"]
+    _, mine = p.plan(M, N, "bf16")
+    mine["grid"] = None
+    assert p.plan(M, N, "bf16")[1]["grid"] == launch["grid"]
+
+
+def test_rmsnorm_uses_the_custom_op_when_compiling_or_for_autograd(pkg_module, fakes):
+    p, t = pkg_module, sys.modules["torch"]
+    ops = []
+    p._torch_op = lambda: (lambda *a: ops.append(a) or "from the op")
+    x = _FakeTensor((8, 4096), t.float16)
+    w = _FakeTensor((4096,), t.float32, requires_grad=True)
+    assert p.rmsnorm(x, w) == "from the op"                      # autograd needed: the op
+    fakes["grad"] = False
+    assert p.rmsnorm(x, w) is not None and len(ops) == 1         # no_grad: direct
+    fakes["compiling"] = True
+    assert p.rmsnorm(x, w, 1e-5) == "from the op" and ops[-1] == (x, w, 1e-5)
+    fakes["compiling"] = False
+    assert p.rmsnorm(_FakeSubclass((8, 4096), t.float16), w) == "from the op"
+    assert len(ops) == 3 and len(fakes["launches"]) == 1
+
+
+def test_torch_path_errors_are_unchanged(pkg_module, fakes):
+    p, t = pkg_module, sys.modules["torch"]
+    x = _FakeTensor((8, 4096), t.bfloat16)
+    w = _FakeTensor((4096,), t.float32)
+    with pytest.raises(ValueError, match=r"^ptxk_rmsnorm: x must be a CUDA tensor$"):
+        p.rmsnorm(_FakeTensor((8, 4096), t.bfloat16, device="cpu"), w)
+    with pytest.raises(ValueError, match=r"^ptxk_rmsnorm: x must be bfloat16, float16 or float32, not torch.float64$"):
+        p.rmsnorm(_FakeTensor((8, 4096), t.float64), w)
+    with pytest.raises(ValueError, match=r"^ptxk_rmsnorm: weight must have shape \(4096,\), not \(4104,\)$"):
+        p.rmsnorm(x, _FakeTensor((4104,), t.float32))
+    with pytest.raises(ValueError, match=r"^ptxk_rmsnorm: y must be contiguous with x's shape and dtype$"):
+        p.rmsnorm_into(x, w, _FakeTensor((8, 4096), t.float32))
+    with pytest.raises(ValueError, match=r"^ptxk_rmsnorm: rstd must be a contiguous float32 CUDA tensor with 8 "):
+        p.rmsnorm_into(x, w, _FakeTensor((8, 4096), t.bfloat16), rstd=_FakeTensor((4,), t.float32))
+    p.rmsnorm_into(x, w, _FakeTensor((8, 4096), t.bfloat16), rstd=_FakeTensor((8,), t.float32))
+    assert int(fakes["launches"][-1]["args"][3]) != 0
+    with pytest.raises(ValueError, match=r"^ptxk_rmsnorm: x, weight and y must be 16-byte aligned$"):
+        p.rmsnorm_into(x, w, _FakeTensor((8, 4096), t.bfloat16, ptr=(1 << 40) + 2))
+    with pytest.raises(ValueError, match=r"N % 8 == 0 for bf16 x, got N=1001"):
+        p.rmsnorm(_FakeTensor((4, 1001), t.bfloat16), _FakeTensor((1001,), t.float32))
+    assert p._rmsnorm_into is p.rmsnorm_into                       # the old name still works
+    # a misaligned or strided x is copied, never launched from as is
+    xs = _FakeTensor((8, 4096), t.bfloat16, contiguous=False)
+    xm = _FakeTensor((8, 4096), t.bfloat16, ptr=(1 << 41) + 4)
+    y = _FakeTensor((8, 4096), t.bfloat16)
+    p.rmsnorm_into(xs, w, y)
+    p.rmsnorm_into(xm, w, y)
+    assert [k for k, _ in _FakeTensor.log] == ["contiguous", "clone"]
+    assert all(int(c["args"][0]) % 16 == 0 and int(c["args"][0]) not in (xs.data_ptr(), xm.data_ptr())
+               for c in fakes["launches"][-2:])
+
+
+def _load_bench(root: Path):
+    spec = importlib.util.spec_from_file_location(f"{PKG}_bench_under_test", root / PKG / "bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_arguments_and_statistics(exported):
+    import numpy as np
+
+    b = _load_bench(exported.path)
+    a = b.parse_args([])
+    assert (a.dtype, a.shapes, a.samples, a.warmup, a.out) == ("bf16", "quack", 50, 5, None)
+    cases = b.cases(a)
+    assert len(cases) == 11 and cases[0] == ("bf16", 32768, 256) and cases[-1] == ("bf16", 8192, 262144)
+    a = b.parse_args(["--dtype", "all", "--shapes", "models", "--samples", "7", "--out", "x.json"])
+    cases = b.cases(a)
+    assert len(cases) == 45 and [c[0] for c in cases[::15]] == ["bf16", "fp16", "fp32"]
+    assert cases[:3] == [("bf16", 1, 4096), ("bf16", 128, 4096), ("bf16", 4096, 4096)]
+    assert len(b.cases(b.parse_args(["--shapes", "all"]))) == 26
+    for bad in (["--dtype", "fp64"], ["--shapes", "llama"], ["--samples", "0"]):
+        with pytest.raises(SystemExit):
+            b.parse_args(bad)
+    assert b.bytes_moved(32768, 256, "bf16") == 2 * 32768 * 256 * 2 + 4 * 256
+    assert b.bytes_moved(8, 1024, "fp32") == 2 * 8 * 1024 * 4 + 4096
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 5, 50, 51):
+        s = list(rng.exponential(size=n))
+        q25, q50, q75 = np.percentile(s, [25, 50, 75])
+        med, iqr = b.median_iqr(s)
+        assert med == pytest.approx(q50) and iqr == pytest.approx(q75 - q25)
+
+
+def test_bench_timer_flushes_before_every_sample_and_interleaves(exported, fakes):
+    import types
+
+    b = _load_bench(exported.path)
+    t, c = sys.modules["torch"], sys.modules["cupy"]
+    clock = {"now": 0.0}
+    calls = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+
+        def record(self):
+            calls.append("record")
+            self.t = clock["now"]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    t.cuda.get_device_properties = lambda d: types.SimpleNamespace(L2_cache_size=50 << 20)
+    t.cuda.current_stream = lambda: types.SimpleNamespace(cuda_stream=0x55)
+    t.cuda.Event = Event
+    t.uint8 = _DType("uint8")
+    timer = b.Timer(t, c)
+    assert timer.flush_bytes == 128 << 20                                 # max(2 x L2, 128 MiB)
+    times = {"kernel": iter([9.0, 9.0, 0.010, 0.012, 0.011]), "op": iter([9.0, 9.0, 0.02, 0.02, 0.02])}
+
+    def make(name):
+        def fn():
+            calls.append(name)
+            clock["now"] += next(times[name])                           # ms on the fake GPU clock
+        return fn
+
+    out = timer.interleaved({"kernel": make("kernel"), "op": make("op")}, samples=3, warmup=2)
+    assert [x for x in calls if x != "record"] == ["kernel", "op"] * 5
+    assert len(fakes["memsets"]) == 10 and all(m == (timer.flush_buf.data_ptr(), 0, 128 << 20, 0x55)
+                                               for m in fakes["memsets"])
+    assert calls[:4] == ["record", "kernel", "record", "record"]
+    assert out["kernel"]["us"] == pytest.approx(11.0) and out["kernel"]["iqr_us"] == pytest.approx(1.0)
+    assert out["op"]["us"] == pytest.approx(20.0) and out["op"]["iqr_us"] == pytest.approx(0.0)
+    assert out["op"]["host_us"] >= 0
+
+
+def test_bench_main_prints_the_table_and_writes_every_figure(exported, fakes, monkeypatch, tmp_path, capsys):
+    import types
+
+    b = _load_bench(exported.path)
+    t = sys.modules["torch"]
+    t.ones = lambda *shape, **kw: _FakeTensor(shape, kw.get("dtype", t.float32))
+    t.uint8 = _DType("uint8")
+    t.cuda.get_device_name = lambda d=None: "Fake H200"
+    t.cuda.get_device_properties = lambda d: types.SimpleNamespace(L2_cache_size=60 << 20)
+    t.cuda.empty_cache = lambda: None
+    pkg = types.ModuleType(PKG)
+    pkg.__version__ = "9.9"
+    pkg.rmsnorm = lambda x, w, eps=1e-6: None
+    monkeypatch.setitem(sys.modules, PKG, pkg)
+    seen = []
+
+    def fake_case(pkg_, torch_, timer, dtype, M, N, args):
+        seen.append((dtype, M, N))
+        assert timer.flush_bytes == 128 << 20 and args.samples == 9
+        k, o, th = 10.0 + N / 1024, 12.0 + N / 1024, 20.0 + N / 1024
+        return {"dtype": dtype, "M": M, "N": N, "genome_key": "g", "kernel_us": k, "kernel_iqr_us": 0.5,
+                "tbps": b.bytes_moved(M, N, dtype) / (k * 1e-6) / 1e12, "op_us": o, "op_iqr_us": 0.25,
+                "op_host_us": 7.0, "kernel_host_us": 6.0, "torch_us": th, "torch_iqr_us": 1.0,
+                "torch_host_us": 5.0, "speedup": th / k, "op_speedup": th / o, "max_abs_err_first_rows": 0.0,
+                "bytes": b.bytes_moved(M, N, dtype)}
+
+    monkeypatch.setattr(b, "bench_case", fake_case)
+    out = tmp_path / "bench.json"
+    assert b.main(["--dtype", "all", "--shapes", "models", "--samples", "9", "--out", str(out)]) == 0
+    assert seen == b.cases(b.parse_args(["--dtype", "all", "--shapes", "models"]))
+    text = capsys.readouterr().out
+    assert "| dtype | M x N | genome | kernel us | TB/s | op us | torch us | vs torch |" in text
+    assert "| fp16 | 128 x 4096 | g | 14.0 (0.5) | 0.15 | 16.0 (0.2) | 24.0 (1.0) | 1.714 |" in text
+    assert text.count("geomean speedup of the kernel vs torch") == 3
+    data = json.loads(out.read_text())
+    assert data["flush_bytes"] == 128 << 20 and data["samples"] == 9 and len(data["cases"]) == 45
+    assert {"kernel_us", "kernel_iqr_us", "op_us", "op_iqr_us", "op_host_us", "torch_us", "torch_iqr_us",
+            "speedup", "tbps", "genome_key"} <= set(data["cases"][0])

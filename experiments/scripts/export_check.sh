@@ -12,5 +12,5 @@ cp -r /tmp/pkg/tests /tmp/pkgtests
 # the factory is not importable from here: only the clean target (and the machine's torch/cupy)
 (cd /tmp/pkgtests && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite python3 -m pytest -q -p no:cacheprovider . 2>&1 | tail -15) \
     | tee "$OUTD/pkg_tests.log"
-(cd /tmp && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite python3 -m ptxk_rmsnorm.bench --out "$OUTD/pkg_bench.json" 2>&1 | tail -20) \
+(cd /tmp && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite python3 -m ptxk_rmsnorm.bench --dtype all --out "$OUTD/pkg_bench.json" 2>&1 | tail -50) \
     | tee "$OUTD/pkg_bench.log"

@@ -326,7 +326,8 @@ def _op_kernel_source(names=None) -> str:
 def test_operation_kernels_compile_for_sm90a(tmp_path):
     if cuda_host.nvcc() is None:
         pytest.skip("nvcc not found")
-    src = "#include <cuda_fp16.h>\ntypedef __half float16;\n" + _op_kernel_source()
+    src = ("#include <cuda_fp16.h>\ntypedef __half float16;\n" + dtypes.CUDA_PREAMBLE + op.GEN_PREAMBLE
+           + _op_kernel_source())
     proc = cuda_host.nvcc_cubin(src, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -383,3 +384,46 @@ def test_wide_rows_kinds_are_per_row_vectors():
     assert (mag[kinds == 2] >= 1 - 1e-12).all() and (mag[kinds == 2] <= 3 + 1e-12).all()
     assert mag[kinds == 0].min() < -2.5 and mag[kinds == 3].max() > 2.5
     assert 0.4 < (x < 0).mean() < 0.6
+
+
+@pytest.mark.skipif(_shutil.which("g++") is None, reason="g++ not found")
+@pytest.mark.parametrize("distribution", ["normal", "wide"])
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_device_input_generator_equals_its_numpy_spec(distribution, dt):
+    """The counter-based kernels that make x on the device, run on the host through the shim,
+    give the elements gen_x_spec specifies (the shim uses the host's libm, the GPU libdevice:
+    both are within an ulp in double, so a rare element may round differently)."""
+    name = f"jf_rms_gen_{distribution}_{dt}"
+    kind, in_p, out_p, body = op.CUPY_KERNELS[name]
+    params = cuda_host._params(in_p) + cuda_host._params(out_p)
+    decl = ", ".join(f"{cuda_host.CTYPES[t]}* {v}" for t, v in params)
+    call = f"{name}({', '.join(v for _, v in params)}, n)"
+    wrapper = f'extern "C" void run_{name}({decl}, long long n, int grid) {{\n' + cuda_host.grid_loop(call) + "}\n"
+    source = dtypes.CUDA_PREAMBLE + op.GEN_PREAMBLE + cuda_host.elementwise_as_kernel(name, in_p, out_p, body)
+    lib = cuda_host.host_library(source.replace("fabsf(", "std::fabs("), wrapper)
+    M, N, seed = 37, 520, 0x1234_5678_9ABC_DEF0
+    n = M * N
+    seeds = np.full(n, seed, dtype=np.uint64)
+    cols = np.full(n, N, dtype=np.int64)
+    out = np.zeros(n, dtype=dtypes.storage_dtype(dt))
+    getattr(lib, f"run_{name}")(*(ctypes.c_void_p(a.ctypes.data) for a in (seeds, cols, out)),
+                                ctypes.c_longlong(n), ctypes.c_int(5))
+    want = op.gen_x_spec(seed, (M, N), distribution, dt).reshape(-1)
+    differ = np.flatnonzero(out.view(dtypes.bits_dtype(dt)) != want.view(dtypes.bits_dtype(dt)))
+    assert differ.size <= 2, (differ[:10], out[differ[:5]], want[differ[:5]])
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+def test_device_generator_spec_gives_the_two_distributions(dt):
+    M, N = 64, 1000
+    x = dtypes.to_float64(op.gen_x_spec(99, (M, N), "normal", dt), dt).reshape(M, N)
+    assert abs(x.mean()) < 0.02 and abs(x.std() - 1.0) < 0.02 and np.abs(x).min() >= 0.99e-3
+    y = dtypes.to_float64(op.gen_x_spec(99, (M, N), "wide", dt), dt).reshape(M, N)
+    mag = np.log10(np.abs(y))
+    assert mag[1::4].max() <= -0.99 and mag[2::4].min() >= 0.99          # tiny rows, huge rows
+    assert mag[0::4].min() < -2.5 and mag[0::4].max() > 2.5              # mixed rows span both
+    assert 0.4 < (y < 0).mean() < 0.6
+    other = op.gen_x_spec(100, (M, N), "normal", dt)                       # another seed, other data
+    assert (other != op.gen_x_spec(99, (M, N), "normal", dt)).mean() > 0.9
+    tail = op.gen_x_spec(99, (M, N), "normal", dt, start=N * 5, count=N)  # element i depends on i only
+    np.testing.assert_array_equal(tail, op.gen_x_spec(99, (M, N), "normal", dt)[N * 5:N * 6])

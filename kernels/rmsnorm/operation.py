@@ -136,15 +136,23 @@ class RMSNormOperation(KernelFamily):
         "normal": x ~ N(0, 1) with |x| >= 1e-3; "wide": |x| = 10**u, rows cycle through mixed
         (u in [-3, 3]), tiny (u in [-3, -1]) and huge (u in [1, 3]) kinds, random signs.
         w ~ 1 + 0.1 N(0, 1) in both. `rng` needs standard_normal(size, dtype) and
-        uniform(low, high, size): a numpy Generator, or a cupy RandomState with xp=cupy.
-        Whole blocks of rows (about _CHUNK_ELEMS elements) are drawn and rounded at once; on cupy
-        each block is a few random draws plus one or two fused elementwise kernels.
+        uniform(low, high, size): a numpy Generator (x drawn in blocks of about _CHUNK_ELEMS
+        elements), or a cupy RandomState with xp=cupy: then x comes from one counter-based kernel
+        seeded by one draw of the RandomState (gen_x_spec is its numpy specification).
         """
         xp = np if xp is None else xp
         if distribution not in ("normal", "wide"):
             raise ValueError(f"unknown input distribution {distribution!r}; use 'normal' or 'wide'")
         M, N, dt, wdt = _params(case)
         x = xp.empty((M, N), dtype=dtypes.storage_dtype(dt))
+        if xp is not np:
+            # one counter-based kernel writes x in its dtype (see gen_x_spec): cuRAND's normal and
+            # double-uniform draws cost 100+ ms per 2**31-element input, this is memory-bound
+            hi, lo = (int(v) for v in xp.asarray(rng.randint(0, 2**31 - 1, size=2)).get())
+            seed = (hi << 31) | lo
+            _cupy_kernel(f"jf_rms_gen_{distribution}_{dt}")(np.uint64(seed), np.int64(N), x)
+            w = 1.0 + 0.1 * xp.asarray(rng.standard_normal(N, dtype=np.float32)).astype(xp.float64)
+            return {"x": x, "w": dtypes.quantize(_away_from_zero(xp, w), wdt)}
         step = _rows_per_chunk(N)
         for r0 in range(0, M, step):
             r1 = min(M, r0 + step)
@@ -274,7 +282,80 @@ for _dt, (_ty, _dec) in _DECODE_X.items():
     CUPY_KERNELS[f"jf_rms_sumsq_{_dt}"] = ("reduction", f"{_ty} x", "float64 s", f"({_dec}) * ({_dec})")
     CUPY_KERNELS[f"jf_rms_y_{_dt}"] = ("elementwise", f"{_ty} x, float64 r, float64 w", "float64 y",
                                        f"y = __dmul_rn(__dmul_rn({_dec}, r), w);")
+# Counter-based generation of x on the device: element i of a draw seeded by `seed` hashes
+# (seed, i) with the splitmix64 finaliser; the high and low 32 bits give two uniforms in (0, 1).
+# "normal": Box-Muller in double -> float32 -> away from zero -> the dtype (as the numpy path);
+# "wide": row kind from the row index (i / N), |x| = 10**(low + span*u1), sign from u2 < 0.5,
+# double -> the dtype (fp16 through float32). gen_x_spec below is the executable specification.
+GEN_PREAMBLE = r"""
+__device__ __forceinline__ unsigned long long jf_mix64(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+__device__ __forceinline__ void jf_uniforms(unsigned long long seed, long long i, double& u1, double& u2) {
+    const unsigned long long h = jf_mix64(seed + (unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ull);
+    u1 = ((double)(h >> 32) + 0.5) * 2.3283064365386963e-10;          /* 2**-32 */
+    u2 = ((double)(h & 0xFFFFFFFFull) + 0.5) * 2.3283064365386963e-10;
+}
+__device__ __forceinline__ float jf_gen_normal(unsigned long long seed, long long i) {
+    double u1, u2;
+    jf_uniforms(seed, i, u1, u2);
+    float v = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    return (fabsf(v) < 1e-3f) ? ((v < 0.0f) ? -1e-3f : 1e-3f) : v;
+}
+__device__ __forceinline__ double jf_gen_wide(unsigned long long seed, long long i, long long n) {
+    double u1, u2;
+    jf_uniforms(seed, i, u1, u2);
+    const long long kind = (i / n) % 4;
+    const double lo = (kind == 2) ? 1.0 : -3.0;
+    const double span = ((kind == 1) ? -1.0 : 3.0) - lo;
+    const double y = pow(10.0, __dadd_rn(lo, __dmul_rn(span, u1)));
+    return (u2 < 0.5) ? -y : y;
+}
+"""
+_GEN_STORE = {   # dtype -> (storage type, normal: float32 v -> stored, wide: double y -> stored)
+    "bf16": ("uint16", "x = jf_f32bits_to_bf16(__float_as_uint(v));", "x = jf_f64_to_bf16(y);"),
+    "fp16": ("float16", "x = (float16)v;", "x = (float16)(float)y;"),
+    "fp32": ("float32", "x = v;", "x = (float)y;"),
+}
+for _dt, (_ty, _st_n, _st_w) in _GEN_STORE.items():
+    CUPY_KERNELS[f"jf_rms_gen_normal_{_dt}"] = ("elementwise", "uint64 seed, int64 ncols", f"{_ty} x",
+                                                f"const float v = jf_gen_normal(seed, i); {_st_n}")
+    CUPY_KERNELS[f"jf_rms_gen_wide_{_dt}"] = ("elementwise", "uint64 seed, int64 ncols", f"{_ty} x",
+                                              f"const double y = jf_gen_wide(seed, i, ncols); {_st_w}")
 _CUPY_CACHE: dict[str, Any] = {}
+
+
+def gen_x_spec(seed: int, shape: tuple[int, int], distribution: str, dtype: str, start: int = 0,
+               count: int | None = None) -> np.ndarray:
+    """numpy specification of the device generator: flat elements start .. start+count of x."""
+    M, N = shape
+    count = M * N - start if count is None else count
+    i = np.arange(start, start + count, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + (i + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        h = z ^ (z >> np.uint64(31))
+    scale = 2.3283064365386963e-10
+    u1 = ((h >> np.uint64(32)).astype(np.float64) + 0.5) * scale
+    u2 = ((h & np.uint64(0xFFFFFFFF)).astype(np.float64) + 0.5) * scale
+    dt = _canonical_float(dtype)
+    if distribution == "normal":
+        v = (np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)).astype(np.float32)
+        v = _away_from_zero(np, v)
+        return dtypes.quantize(v, dt)
+    if distribution != "wide":
+        raise ValueError(f"unknown input distribution {distribution!r}; use 'normal' or 'wide'")
+    kind = (i // np.uint64(N)) % np.uint64(4)
+    lo = np.where(kind == 2, 1.0, -3.0)
+    span = np.where(kind == 1, -1.0, 3.0) - lo
+    y = np.power(10.0, lo + span * u1)
+    y = np.where(u2 < 0.5, -y, y)
+    if dt == "fp16":
+        return y.astype(np.float32).astype(np.float16)
+    return dtypes.quantize(y, dt)
 
 
 def _cupy_kernel(name: str) -> Any:
@@ -285,7 +366,7 @@ def _cupy_kernel(name: str) -> Any:
         if kind == "reduction":
             k = cupy.ReductionKernel(in_p, out_p, op, "a + b", "s = a", "0", name)
         else:
-            k = cupy.ElementwiseKernel(in_p, out_p, op, name)
+            k = cupy.ElementwiseKernel(in_p, out_p, op, name, preamble=dtypes.CUDA_PREAMBLE + GEN_PREAMBLE)
         _CUPY_CACHE[name] = k
     return k
 

@@ -34,6 +34,15 @@ STICKY_CUDA_ERRORS = frozenset({
     999,   # unknown
 })
 
+_SPIN_SRC = r"""
+extern "C" __global__ void jf_spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
+
 class KernelTimeout(Exception):
     """A launch did not finish within its time limit (the kernel may still be running)."""
 
@@ -86,6 +95,7 @@ class CupyBackend:
         self.max_threads = int(props.get("maxThreadsPerBlock", 1024)) or 1024
         self._flush = cupy.empty(2 * self.l2_bytes, dtype=cupy.uint8)
         self._rng: Any = None
+        self._spin: Any = None
 
     # -- facts --------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -164,6 +174,15 @@ class CupyBackend:
         self.wait(self.record(), timeout_s)
 
     # -- memory ---------------------------------------------------------------------------------
+    def spin(self, ns: int) -> None:
+        """Keep the stream busy for `ns` nanoseconds (one thread polling %globaltimer). Put
+        between the L2 flush and a start event, it lets the host finish a slow call (Python
+        wrappers, JIT dispatch) before the GPU reaches the start event, so the event pair times
+        the kernel and not the host's launch overhead."""
+        if self._spin is None:
+            self._spin = self.cp.RawKernel(_SPIN_SRC, "jf_spin")
+        self._spin((1,), (1,), (np.uint64(int(ns)),))
+
     def flush_l2(self) -> None:
         stream = self.cp.cuda.get_current_stream()
         self.cp.cuda.runtime.memsetAsync(self._flush.data.ptr, 0, self._flush.nbytes, stream.ptr)

@@ -235,7 +235,18 @@ class Family(op.RMSNormOperation):
                 return _compute(device_inputs["x"], device_inputs["w"])[0]
             return run
 
+        def prepare_slow(case, device_inputs):
+            x, w = device_inputs["x"], device_inputs["w"]
+
+            def run():                             # a Python wrapper with 300 us of host work
+                t = time.perf_counter()
+                while time.perf_counter() - t < 300e-6:
+                    pass
+                return _compute(x, w)[0]
+            return op.BaselineRun(run, lambda res: {"y": res})
+
         return [Baseline("numpy", lambda: True, prepare), Baseline("wrong", lambda: True, prepare_wrong),
+                Baseline("slow", lambda: True, prepare_slow),
                 Baseline("flaky", lambda: True, prepare_flaky),
                 Baseline("broken", lambda: True, prepare_broken), Baseline("absent", lambda: False, prepare)]
 
@@ -626,3 +637,26 @@ def test_long_rounds_cut_the_warm_up_to_one_round():
     assert res.cases[0].samples == 6
     # 2 verification calls + 1 warm-up + 6 timed launches
     assert calls["n"] == 2 + 1 + 6, calls
+
+
+
+def test_slow_host_calls_get_a_launch_shield_fast_ones_do_not():
+    class SpinBackend(FakeBackend):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.spins: list[int] = []
+
+        def spin(self, ns):
+            self.spins.append(int(ns))
+
+    r = dev.DeviceRunner(0, backend=SpinBackend({"good": k_good}, l2_bytes=1 << 22))
+    r._families[("fake_rmsnorm", "fake_root")] = FAMILY
+    case = FAMILY.make_case(7, 256, "bf16")
+    res = r.run(job("good", BENCH, cases=[case], reps=10, baselines=("slow",)))
+    assert res.status is Status.OK, res.message
+    spins = r.backend.spins
+    # round 0 measures; every later launch of the slow baseline is shielded (>= 1.5 x 300 us)
+    # (the numpy stand-in of the candidate is slow on the host too, and gets its own shield)
+    assert sum(ns >= 0.45e6 for ns in spins) >= 10, spins
+    assert "launch shield:" in res.cases[0].message and "slow 4" in res.cases[0].message or \
+        "slow 5" in res.cases[0].message, res.cases[0].message

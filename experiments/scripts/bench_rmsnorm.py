@@ -97,7 +97,8 @@ def main() -> int:
                    "evolved_us": cr.time_us, "evolved_spread_us": cr.spread_us, "evolved_tbps": cr.tbps,
                    "quack_us": b.get("quack"), "quack_plain_us": cr.baselines_us.get("quack"),
                    "quack_tuned_us": cr.baselines_us.get("quack_tuned"), "torch_us": b.get("torch"), "torch_compile_us": b.get("torch_compile"),
-                   "liger_us": b.get("liger"), "max_abs_err": cr.max_abs_err, "rel_l2_err": cr.rel_l2_err}
+                   "liger_us": b.get("liger"), "max_abs_err": cr.max_abs_err, "rel_l2_err": cr.rel_l2_err,
+                   "notes": cr.message}
             for name in BASELINES:
                 base = b.get(name)
                 row[f"speedup_vs_{name}"] = (base / cr.time_us) if base and cr.time_us else None

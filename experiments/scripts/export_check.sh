@@ -10,7 +10,7 @@ python3 -m evo.cli export "$RUN" --out /tmp/pkg --bench "$BENCH" 2>&1 | tail -3 
 python3 -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check --target /tmp/pkgsite /tmp/pkg 2>&1 | tail -3
 cp -r /tmp/pkg/tests /tmp/pkgtests
 # the factory is not importable from here: only the clean target (and the machine's torch/cupy)
-(cd /tmp/pkgtests && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite python3 -m pytest -q -p no:cacheprovider . 2>&1 | tail -15) \
+(cd /tmp/pkgtests && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite python3 -m pytest -q -p no:cacheprovider --tb=short . 2>&1 | tail -40) \
     | tee "$OUTD/pkg_tests.log"
 (cd /tmp && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite python3 -m ptxk_rmsnorm.bench --dtype all --out "$OUTD/pkg_bench.json" 2>&1 | tail -50) \
     | tee "$OUTD/pkg_bench.log"

@@ -41,6 +41,8 @@ def _f(default: Any = dataclasses.MISSING, *, doc: str = "", min: float | None =
 class ExperimentSection:
     name: str = _f(doc="run name; runs are stored under runs/<name>-<time>")
     family: str = _f(doc="kernel family: genomes/<family>.py and kernels/<family>/")
+    space_version: str = _f("", doc="version of the family's gene space (genomes/<family>.py SPACES); "
+                                    "empty: the latest. A recorded search replays under the version it ran with")
     seed: int = _f(0, min=0, doc="seeds every random choice of the run")
     description: str = _f("", doc="free text")
 

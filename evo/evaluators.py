@@ -73,6 +73,7 @@ def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:
 def check_environment(cfg: Config, store_url: str | None = None) -> None:
     """Problems a config cannot show by itself: missing family, replay table, database."""
     from genomes import available_families, load_space
+    from genomes.registry import space_versions
 
     problems = []
     family = cfg.experiment.family
@@ -81,6 +82,11 @@ def check_environment(cfg: Config, store_url: str | None = None) -> None:
     except LookupError:
         problems.append(f"experiment.family: no gene space {family!r} (genomes/{family}.py); "
                         f"available: {available_families()}")
+    else:
+        version = cfg.experiment.space_version
+        if version and version not in space_versions(family):
+            problems.append(f"experiment.space_version: {family!r} has no gene space version {version!r}; "
+                            f"versions: {space_versions(family)} (empty: the latest)")
     if cfg.evaluator.kind == "gpu":
         from fitness.family import KERNELS_DIR, available_families as kernel_families
 

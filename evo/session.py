@@ -18,7 +18,7 @@ from evo.store import best_record, open_store
 def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
     """Run (or continue) the run in `rd` to the end of its budget."""
     cfg = rd.config
-    space = load_space(cfg.experiment.family)
+    space = load_space(cfg.experiment.family, cfg.experiment.space_version)
     store = open_store(rd.store_url)
     try:
         try:

@@ -31,6 +31,11 @@ class Gene:
     name: str
     group: str = "default"
     doc: str = ""
+    # A gene added to a space after genomes were recorded: `legacy` is the value that reproduces
+    # the kernels made before it existed. A genome with that value keeps the key it had without
+    # the gene, and a recorded genome that lacks the gene reads as having it, so stores, replay
+    # tables and compile caches of earlier runs stay valid (None: an original gene).
+    legacy: Any = None
 
     kind = "gene"
     structural = True
@@ -88,7 +93,13 @@ class Gene:
 
     def spec(self) -> dict[str, Any]:
         """A JSON-safe description (for stores, reports and LLM prompts)."""
-        return {"name": self.name, "kind": self.kind, "group": self.group, "values": list(self.values()), "doc": self.doc}
+        return self._with_legacy({"name": self.name, "kind": self.kind, "group": self.group,
+                                  "values": list(self.values()), "doc": self.doc})
+
+    def _with_legacy(self, spec: dict[str, Any]) -> dict[str, Any]:
+        if self.legacy is not None:
+            spec["legacy"] = self.legacy
+        return spec
 
 
 @dataclass(frozen=True)
@@ -192,7 +203,8 @@ class IntRange(Gene):
         return rng.choice(self.neighbours(value))
 
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "group": self.group, "low": self.low, "high": self.high, "step": self.step, "doc": self.doc}
+        return self._with_legacy({"name": self.name, "kind": self.kind, "group": self.group, "low": self.low,
+                                  "high": self.high, "step": self.step, "doc": self.doc})
 
 
 @dataclass(frozen=True)
@@ -228,7 +240,8 @@ class PowerOfTwo(Gene):
         return abs(math.log2(a) - math.log2(b))
 
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "group": self.group, "low": self.low, "high": self.high, "doc": self.doc}
+        return self._with_legacy({"name": self.name, "kind": self.kind, "group": self.group, "low": self.low,
+                                  "high": self.high, "doc": self.doc})
 
 
 GENE_KINDS: dict[str, type[Gene]] = {"choice": Choice, "bool": Flag, "int": IntRange, "pow2": PowerOfTwo}
@@ -237,7 +250,8 @@ GENE_KINDS: dict[str, type[Gene]] = {"choice": Choice, "bool": Flag, "int": IntR
 def gene_from_spec(spec: dict[str, Any]) -> Gene:
     """Rebuild a gene from `Gene.spec()` (constraints are code and do not round-trip)."""
     kind = spec.get("kind")
-    common = {"name": spec["name"], "group": spec.get("group", "default"), "doc": spec.get("doc", "")}
+    common = {"name": spec["name"], "group": spec.get("group", "default"), "doc": spec.get("doc", ""),
+              "legacy": spec.get("legacy")}
     if kind == "choice":
         return Choice(options=tuple(spec["values"]), **common)
     if kind == "bool":

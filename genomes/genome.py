@@ -30,10 +30,13 @@ class Genome(Mapping[str, Any]):
 
     __slots__ = ("_space", "_items", "_key")
 
-    def __init__(self, space_name: str, items: tuple[tuple[str, Any], ...]):
+    def __init__(self, space_name: str, items: tuple[tuple[str, Any], ...],
+                 key_items: tuple[tuple[str, Any], ...] | None = None):
         self._space = space_name
         self._items = items
-        self._key = genome_key(space_name, dict(items))
+        # key_items: the genes the key is computed from (GeneSpace leaves out genes added later
+        # that sit at their legacy value, so that old keys stay valid)
+        self._key = genome_key(space_name, dict(items if key_items is None else key_items))
 
     @property
     def space(self) -> str:

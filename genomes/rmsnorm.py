@@ -18,7 +18,7 @@ How a genome maps a case (M, N) to a launch (kernels/rmsnorm/family.py: `geometr
 
 Genes and groups: memory (vec_bytes, load_cache, l2_prefetch, store_cache, weight_cache,
 reread_hint), geometry (cta_threads, chunks, cluster, cluster_reduce, persistent, ctas_per_sm,
-spread_rows),
+grid_fit, spread_rows),
 pipeline (staging, stages, unroll, weight_regs, weight_early), compute (rsqrt), compile (min_blocks, maxrreg).
 """
 
@@ -69,7 +69,7 @@ def register_demand(v: Mapping[str, Any]) -> int:
     return BASE_REGISTERS["async"]
 
 
-SPACE = GeneSpace(
+SPACE_V1 = GeneSpace(
     name="rmsnorm",
     doc="RMSNorm forward (x[M,N] bf16/fp16/fp32, weight fp32 or same dtype): kernels/rmsnorm/.",
     genes=(
@@ -200,6 +200,30 @@ SPACE = GeneSpace(
                 "the data a thread holds must fit its register budget (no spills)"),
     ),
 )
+
+#: Session 2 added `grid_fit` (a launch-only geometry gene). Genomes of v1 read as grid_fit=False
+#: and keep their keys (Gene.legacy), so v1 recordings stay valid evidence under v2; a recorded
+#: search replays under the version it ran with (`[experiment] space_version`), because every
+#: added gene changes the random draws of sampling and mutation.
+GRID_FIT = Flag("grid_fit", group="geometry", legacy=False,
+                doc="persistent grid: as many CTAs as can be resident at once (register cap, threads, "
+                    "shared memory; whole clusters) instead of 132 x ctas_per_sm, which runs in "
+                    "waves when ctas_per_sm CTAs do not fit an SM (launch only; added in session 2: "
+                    "genomes recorded before have False)")
+GRID_FIT_ONLY_PERSISTENT = implies("grid_fit_only_persistent", ("grid_fit", "persistent"),
+                                   lambda v: v["grid_fit"], lambda v: v["persistent"],
+                                   "grid_fit sizes the persistent grid; False otherwise (no duplicate genomes)")
+
+_AT = SPACE_V1.names.index("spread_rows")
+SPACE_V2 = GeneSpace(
+    name="rmsnorm", doc=SPACE_V1.doc,
+    genes=SPACE_V1.genes[:_AT] + (GRID_FIT,) + SPACE_V1.genes[_AT:],
+    constraints=SPACE_V1.constraints + (GRID_FIT_ONLY_PERSISTENT,),
+)
+
+#: every version of the space, and the latest (what a new run uses)
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2}
+SPACE = SPACE_V2
 
 #: A genome that handles every case of the benchmark matrices (regs staging re-reads what does
 #: not fit; cluster 8 spreads the longest rows), used as the sanity default and in tests.

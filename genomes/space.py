@@ -70,7 +70,17 @@ class GeneSpace:
         return n
 
     # -- validity ----------------------------------------------------------------------------
+    def complete(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """`values` with every missing gene that has a legacy value set to it (genomes recorded
+        before the gene was added)."""
+        out = dict(values)
+        for g in self.genes:
+            if g.name not in out and g.legacy is not None:
+                out[g.name] = g.legacy
+        return out
+
     def violations(self, values: Mapping[str, Any]) -> list[str]:
+        values = self.complete(values)
         problems = []
         extra = set(values) - set(self.names)
         if extra:
@@ -92,10 +102,13 @@ class GeneSpace:
         problems = self.violations(values)
         if problems:
             raise InvalidGenome(f"invalid genome for space {self.name!r}: " + "; ".join(problems))
-        return self._genome(values)
+        return self._genome(self.complete(values))
 
     def _genome(self, values: Mapping[str, Any]) -> Genome:
-        return Genome(self.name, tuple((g.name, g.canonical(values[g.name])) for g in self.genes))
+        items = tuple((g.name, g.canonical(values[g.name])) for g in self.genes)
+        # genes at their legacy value are left out of the key: the genome keeps its old key
+        keyed = tuple((n, v) for (n, v), g in zip(items, self.genes) if g.legacy is None or v != g.legacy)
+        return Genome(self.name, items, key_items=keyed)
 
     # -- sampling ----------------------------------------------------------------------------
     def sample(self, rng: random.Random, tries: int = 1000) -> Genome:
@@ -134,6 +147,7 @@ class GeneSpace:
     def snap(self, values: Mapping[str, Any], rng: random.Random) -> dict[str, Any]:
         """Move every gene value into its legal set (nearest legal value), ignoring constraints."""
         out = {}
+        values = self.complete(values)
         for g in self.genes:
             v = values.get(g.name, None)
             if g.contains(v):

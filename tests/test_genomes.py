@@ -303,3 +303,27 @@ def test_repair_is_identity_on_valid_genomes(i, seed):
     assert SPACE.repair(g.as_dict(), random.Random(seed)) == g
     assert SPACE.from_json(g.to_json()) == g
     assert not math.isnan(SPACE.distance(g, g)) and SPACE.distance(g, g) == 0
+
+
+# -- genes added to a space later (legacy values) ---------------------------------------------------
+def test_a_gene_added_later_keeps_old_keys_and_reads_old_genomes():
+    from genomes import GeneSpace
+    from genomes.genes import Choice, Flag, IntRange
+
+    old = GeneSpace("evolving", genes=(IntRange("a", low=0, high=3), Choice("b", options=("x", "y"))))
+    new = GeneSpace("evolving", genes=(IntRange("a", low=0, high=3), Choice("b", options=("x", "y")),
+                                       Flag("c", legacy=False)))
+    before = old.make({"a": 2, "b": "y"})
+    after = new.make({"a": 2, "b": "y"})                  # a recorded genome without the new gene
+    assert after["c"] is False and after.key == before.key
+    assert new.make({"a": 2, "b": "y", "c": False}).key == before.key
+    changed = new.make({"a": 2, "b": "y", "c": True})
+    assert changed.key != before.key and changed["c"] is True
+    assert new.from_json(before.to_json()).key == before.key
+    assert new.repair({"a": 9, "b": "y"}, random.Random(0))["c"] is False
+    assert not new.violations({"a": 1, "b": "x"})
+    assert "gene 'a' is missing" in "; ".join(new.violations({"b": "x"}))   # original genes stay required
+    spec = [g for g in new.spec()["genes"] if g["name"] == "c"][0]
+    assert spec["legacy"] is False
+    from genomes.space import genes_from_specs
+    assert genes_from_specs(new.spec()["genes"])[2].legacy is False

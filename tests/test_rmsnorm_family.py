@@ -29,7 +29,7 @@ from genomes.rmsnorm import DEFAULT, SPACE, register_cap, register_demand
 FAMILY = load_family("rmsnorm")
 FAM = sys.modules["_kernels_rmsnorm_family"]
 SMEM_PER_BLOCK = 232448
-LAUNCH_ONLY = {"ctas_per_sm", "spread_rows"}          # genes that change only the launch
+LAUNCH_ONLY = {"ctas_per_sm", "spread_rows", "grid_fit"}          # genes that change only the launch
 COMPILE_SAMPLE = 36                                  # random genomes compiled (+ default, extremes)
 
 
@@ -319,3 +319,37 @@ def test_sample_compiles_without_spills_and_keeps_its_promises(tmp_path):
     print(f"compiled {len(results)} sources; registers per entry {min(regs)}..{max(regs)}")
     if cuobjdump is None:
         pytest.skip("SASS promises not checked: no cuobjdump (pip install 'ptx-kernel-factory[dev]')")
+
+
+def test_grid_fit_sizes_the_persistent_grid_to_the_resident_ctas():
+    """A persistent cluster kernel of 512 threads capped at 128 registers fits one CTA per SM:
+    132 x ctas_per_sm CTAs would run in waves; grid_fit launches 16 clusters of 8 (128 CTAs)."""
+    from genomes.rmsnorm import SPACE as S
+    base = dict(S.make(dict(DEFAULT)))
+    base.update(vec_bytes=16, cta_threads=512, chunks=8, cluster=8, persistent=True, ctas_per_sm=4,
+                staging="regs", stages=1, maxrreg=128, min_blocks=1, weight_regs=False, weight_early=False)
+    legacy = S.repair({k: v for k, v in base.items() if k != "grid_fit"}, random.Random(0))
+    fitted = S.make({**dict(legacy), "grid_fit": True})
+    assert legacy["grid_fit"] is False and fitted.key != legacy.key
+    case = FAMILY.make_case(8192, 262144, "bf16")
+    assert FAMILY.launch(legacy, case).grid == (528, 1, 1)
+    assert FAMILY.launch(fitted, case).grid == (128, 1, 1) and FAMILY.launch(fitted, case).cluster == (8, 1, 1)
+    # a launch-only gene: the kernel code is the same (only the header comment names the genome)
+    body = lambda src: src.split("\n", 1)[1]              # noqa: E731
+    assert body(FAMILY.render(legacy)) == body(FAMILY.render(fitted))
+    assert "grid_fit" not in FAMILY.render(legacy).split("\n", 1)[0]     # a legacy genome's source is unchanged
+    # non-persistent genomes cannot set it
+    assert S.violations({**dict(fitted), "persistent": False, "ctas_per_sm": 1, "stages": 1})
+
+
+def test_space_versions_keep_recorded_genomes():
+    from genomes import load_space
+    from genomes.rmsnorm import SPACE_V1, SPACE_V2
+    from genomes.registry import space_versions
+    assert load_space("rmsnorm") is SPACE_V2 and load_space("rmsnorm", "v1") is SPACE_V1
+    assert space_versions("rmsnorm") == ["v1", "v2"]
+    with pytest.raises(LookupError, match="versions: \\['v1', 'v2'\\]"):
+        load_space("rmsnorm", "v0")
+    old = SPACE_V1.sample(random.Random(5))
+    assert SPACE_V2.make(dict(old)).key == old.key                # a v1 genome under v2: same key
+    assert FAMILY.render(SPACE_V2.make(dict(old))) == FAMILY.render(old)   # same source, same compile

@@ -44,6 +44,7 @@ PLAIN = HERE / "plain.cu"
 SM_COUNT = 132                      # H200 / H100 SXM streaming multiprocessors (persistent grids)
 SMEM_PER_BLOCK = 232448             # bytes of shared memory one block may use on sm_90 (227 KB)
 STATIC_SMEM_RESERVE = 4096          # >= the template's static shared memory (reductions, barriers)
+SMEM_PER_SM = 233472                # shared memory of one SM on sm_90 (228 KB)
 MAX_DYNAMIC_SMEM = SMEM_PER_BLOCK - STATIC_SMEM_RESERVE
 PLAIN_THREADS = 256
 
@@ -104,6 +105,19 @@ def _slice(units: int, c: int) -> int:
     return -(-units // c)
 
 
+def resident_ctas(genome: Mapping[str, Any], threads: int, shared: int) -> int:
+    """CTAs of `threads` threads and `shared` dynamic shared bytes that one SM holds at once,
+    bounded by the genome's register cap (maxrreg, or what __launch_bounds__ allows: the
+    compiled kernel may use fewer, never more), 2048 threads and the SM's shared memory."""
+    cap = genome["maxrreg"] or 65536 // (genome["cta_threads"] * genome["min_blocks"])
+    cap = min(255, cap)
+    cap = -(-cap // 8) * 8                              # allocated in units of 8 per thread
+    by_regs = 65536 // (threads * cap)
+    by_threads = 2048 // threads
+    by_smem = SMEM_PER_SM // (shared + STATIC_SMEM_RESERVE) if shared else 32
+    return max(1, min(32, by_regs, by_threads, by_smem))
+
+
 def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry | None:
     """The launch geometry of a genome for a case, or None when it cannot run it."""
     check_shape(M, N, dtype)
@@ -142,7 +156,10 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
     groups = -(-M // rows)
     clusters = groups
     if genome["persistent"]:
-        clusters = min(groups, max(1, SM_COUNT * genome["ctas_per_sm"] // c))
+        per_sm = genome["ctas_per_sm"]
+        if genome.get("grid_fit"):
+            per_sm = min(per_sm, resident_ctas(genome, tpr * rows, shared))
+        clusters = min(groups, max(1, SM_COUNT * per_sm // c))
     return Geometry(cluster=c, tpr=tpr, rows=rows, groups=groups, grid=clusters * c,
                     shared_bytes=shared, units=units, slice_units=_slice(units, c),
                     vectors=vectors(c), stride=stride(c) if smem else 0)
@@ -219,7 +236,10 @@ class RMSNormFamily(op.RMSNormOperation):
 
     def render(self, genome: Genome) -> str:
         g = SPACE.make(dict(genome)) if not isinstance(genome, Genome) else genome
-        head = [f"// rmsnorm genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in g)]
+        # genes added later appear only away from their legacy value, so a recorded genome renders
+        # the very source (hash, compile cache entry) it was judged with
+        shown = [k for k in g if SPACE.gene(k).legacy is None or g[k] != SPACE.gene(k).legacy]
+        head = [f"// rmsnorm genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in shown)]
         head += [f"#define {k} {v}" for k, v in defines(g).items()]
         clusters = [1] if g["cluster"] == 1 else [1, g["cluster"]]
         entries = []
@@ -347,11 +367,12 @@ def export_launch_source(dtype_pairs: Sequence[tuple[str, str]]) -> str:
         f"SM_COUNT = {SM_COUNT}",
         f"SMEM_PER_BLOCK = {SMEM_PER_BLOCK}",
         f"STATIC_SMEM_RESERVE = {STATIC_SMEM_RESERVE}",
+        f"SMEM_PER_SM = {SMEM_PER_SM}",
         "MAX_DYNAMIC_SMEM = SMEM_PER_BLOCK - STATIC_SMEM_RESERVE",
         f"_ITEMSIZE = {_ITEMSIZE!r}",
         f"DTYPE_PAIRS = {tuple(tuple(p) for p in dtype_pairs)!r}",
     ]
-    for obj in (UnsupportedShape, check_shape, _pow2_ceil, Geometry, _slice, geometry, entry_name):
+    for obj in (UnsupportedShape, check_shape, _pow2_ceil, Geometry, _slice, resident_ctas, geometry, entry_name):
         parts += ["", "", inspect.getsource(obj).rstrip("\n")]
     parts += ["", "", _EXPORT_LAUNCH.strip("\n"), ""]
     return "\n".join(parts)

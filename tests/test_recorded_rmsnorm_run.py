@@ -9,15 +9,17 @@ import pytest
 
 from evo.config import load_config
 from evo.dispatch import build_dispatch
+from evo.evaluators import seed_genomes
 from evo.run import Run, new_run_info
 from evo.store import open_store
 from fitness.records import Evaluation
 from fitness.replay import ReplayEvaluator
-from genomes.rmsnorm import SPACE
+from genomes import load_space
 from tests.conftest import REPO
 
 RECORDING = REPO / "results" / "rmsnorm_fwd_h200_run.json"
 CONFIG = REPO / "experiments" / "rmsnorm_fwd_h200.toml"
+SPACE = load_space("rmsnorm", load_config(CONFIG).experiment.space_version)   # the version it ran with
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,8 @@ def test_replay_reproduces_the_recorded_search(recording):
                                               "output.progress": False})
     store = open_store("memory://")
     store.create_run(new_run_info(cfg, "replay"))
-    summary = Run(cfg, SPACE, store, ReplayEvaluator.from_file(RECORDING), "replay").optimize()
+    summary = Run(cfg, SPACE, store, ReplayEvaluator.from_file(RECORDING), "replay",
+                  seeds=seed_genomes(cfg, SPACE)).optimize()      # [search] seed_from, as `evo run` does
     recorded = [(x["key"], x["generation"], x["operator"], tuple(x["parents"])) for x in recording["lineage"]]
     replayed = [(r.key, r.generation, r.operator, r.parents) for r in store.records("replay")]
     assert replayed == recorded
@@ -42,12 +45,12 @@ def test_replay_reproduces_the_recorded_search(recording):
 
 def test_recorded_evaluations_are_complete_evidence(recording):
     evs = [Evaluation.from_dict(e) for e in recording["evaluations"]]
-    assert recording["config"]["benchmark"]["matrix"] == "quack:bf16"
+    assert recording["config"]["benchmark"]["matrix"] == "quack:bf16,fp16,fp32"
     for e in evs:
         SPACE.make(e.genome)                      # every recorded genome is valid in today's space
         assert e.device.startswith("NVIDIA H200")
         if e.status.value == "OK":
-            assert len(e.cases) == 11 and all(c.time_us and c.baselines_us.get("torch") for c in e.cases)
+            assert len(e.cases) == 33 and all(c.time_us and c.baselines_us.get("torch") for c in e.cases)
             assert e.artifacts.get("compile_log") is not None and e.artifacts.get("resources")
 
 
@@ -70,5 +73,5 @@ def test_readme_main_job_runs_without_a_gpu(tmp_path):
                           "--runs-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(),
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert "32 evaluations" in res.stdout and "recording ends here" in res.stdout
-    assert "best geomean_speedup = 1.1497" in res.stdout
+    assert "52 evaluations" in res.stdout and "recording ends here" in res.stdout
+    assert "best geomean_speedup = 1.1769" in res.stdout

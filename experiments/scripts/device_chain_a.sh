@@ -6,10 +6,11 @@
 #   B  device_chain_b.sh: QuACK installed, the search resumed to its wall budget, dump + dispatch.
 #   C  device_chain_c.sh: the final table beside every baseline, the exported package checked.
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+. experiments/scripts/device_lib.sh
+install_wheels || exit 1
+device_pythonpath
 OUT=${OUT:-results/device}
-mkdir -p "$OUT" /root/q /root/work && { [ -d .whlq1 ] && cp .whlq1/* /root/q/ || true; }
+mkdir -p "$OUT" /root/work && park_quack_part1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
 EVO_RESULTS_DIR=$OUT timeout "${TESTS_S:-240}" python3 -m pytest -m gpu -q -x -p no:cacheprovider \
     tests/test_memfill.py tests/test_cheats_gpu.py > "$OUT/gpu_tests.log" 2>&1

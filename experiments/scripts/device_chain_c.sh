@@ -3,7 +3,8 @@
 # QuACK and Liger on the 33-case matrix in one process (bench_rmsnorm.py), then the exported
 # package installed into a clean target, its tests and its benchmark (export_check.sh).
 set -o pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
+. experiments/scripts/device_lib.sh
+device_pythonpath
 OUT=${OUT:-results/device}
 mkdir -p "$OUT"
 timeout "${BENCH_S:-400}" python3 experiments/scripts/bench_rmsnorm.py --dispatch /root/work/rmsnorm_dispatch.json \

@@ -3,10 +3,11 @@
 # checked on the GPU (export_check.sh). QuACK's first wheel part (.whlq1/, if carried) is left in
 # /root/q for a following call.
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+. experiments/scripts/device_lib.sh
+install_wheels || exit 1
+device_pythonpath
 OUT=${OUT:-results/device}
-mkdir -p "$OUT" /root/q && { [ -d .whlq1 ] && cp .whlq1/* /root/q/ || true; }
+mkdir -p "$OUT" && park_quack_part1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
 timeout "${PROFILE_S:-260}" python3 experiments/scripts/profile_judge.py --reps 50 > "$OUT/profile.txt" 2>&1
 tail -5 "$OUT/profile.txt"

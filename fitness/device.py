@@ -132,6 +132,49 @@ def median_iqr(samples: Sequence[float]) -> tuple[float, float]:
     return float(q50), float(q75 - q25)
 
 
+def checked_rounds(warmup: int, rounds: int, n_sets: int, rng: np.random.Generator,
+                   extra: int = CHECKED_RANDOM_ROUNDS) -> set[int]:
+    """Timed rounds whose candidate output is poisoned and checked: the last one on every input
+    set, and `extra` more drawn at random (a kernel cannot tell which of its calls are checked)."""
+    last: dict[int, int] = {}
+    for rr in range(warmup, rounds):
+        last[rr % n_sets] = rr
+    rest = sorted(set(range(warmup, rounds)) - set(last.values()))
+    k = min(extra, len(rest))
+    drawn = rng.choice(rest, size=k, replace=False).tolist() if k else []
+    return set(last.values()) | {int(e) for e in drawn}
+
+
+class LaunchShield:
+    """Per implementation, the GPU spin that keeps its host call out of its event pair.
+
+    An implementation whose host call outlasts the L2 flush (Python wrappers: QuACK, torch.compile,
+    Liger: 50-150 us) would have the rest of that host time inside its events: the GPU reaches the
+    start event and waits for the launch. A spin kernel of SHIELD_FACTOR x its measured host time
+    (median of the last 8 calls), between the flush and the start event, hides it. Shields only
+    grow, so a slow stretch of the host is not forgotten within a case."""
+
+    def __init__(self) -> None:
+        self.host_s: dict[str, list[float]] = {}
+        self.ns: dict[str, int] = {}
+
+    def record(self, impl: str, host_seconds: float) -> None:
+        self.host_s.setdefault(impl, []).append(host_seconds)
+
+    def update(self) -> None:
+        for impl, hs in self.host_s.items():
+            h = float(np.median(hs[-8:]))
+            if h > SHIELD_MIN_HOST_S:
+                self.ns[impl] = max(self.ns.get(impl, 0), int(min(SHIELD_MAX_S, SHIELD_FACTOR * h) * 1e9))
+
+    def note(self) -> str:
+        if not self.ns:
+            return ""
+        return "launch shield: " + ", ".join(
+            f"{'candidate' if i == CANDIDATE else i} {self.ns[i] / 1e3:.0f} us (host call median "
+            f"{float(np.median(self.host_s[i])) * 1e6:.0f} us)" for i in sorted(self.ns))
+
+
 def launch_problem(launch: Launch, *, max_threads: int = 1024, max_smem: int = 227 * 1024) -> str | None:
     """Why a Launch cannot be valid on the device, or None."""
     grid, block, cluster = tuple(launch.grid), tuple(launch.block), tuple(launch.cluster)
@@ -713,32 +756,8 @@ class DeviceRunner:
             stride = max(1, reps // max(1, after_first))
             return t >= 0 and t % stride == 0 and t // stride < after_first
 
-        def choose_checked() -> set[int]:
-            """The last timed round on every input set, and CHECKED_RANDOM_ROUNDS more drawn at
-            random: a kernel cannot tell which of its calls are checked."""
-            last = {}
-            for rr in range(warmup, rounds):
-                last[rr % n_sets] = rr
-            rest = sorted(set(range(warmup, rounds)) - set(last.values()))
-            k = min(CHECKED_RANDOM_ROUNDS, len(rest))
-            extra = check_rng.choice(rest, size=k, replace=False).tolist() if k else []
-            return set(last.values()) | {int(e) for e in extra}
-
-        # launch shield: an implementation whose host call outlasts the L2 flush (QuACK's and
-        # torch.compile's Python wrappers: 50-100 us) would have that host time inside its event
-        # pair; a spin kernel of 1.5x its measured host time, between flush and start event, hides it
         spin = getattr(self.backend, "spin", None)
-        host_s: dict[str, list[float]] = {i: [] for i in impls}
-        shield_ns: dict[str, int] = {}
-
-        def update_shields() -> None:
-            for impl, hs in host_s.items():
-                if not hs:
-                    continue
-                h = float(np.median(hs[-8:]))
-                if h > SHIELD_MIN_HOST_S:
-                    shield_ns[impl] = max(shield_ns.get(impl, 0),
-                                          int(min(SHIELD_MAX_S, SHIELD_FACTOR * h) * 1e9))
+        shield = LaunchShield()
 
         pending: list[tuple[int, str, Any, Any]] = []
         batch, round_wall, r = 1, None, 0
@@ -757,8 +776,8 @@ class DeviceRunner:
                             g.poison_data()
                     if timing.flush_l2:
                         self.backend.flush_l2()
-                    if spin is not None and shield_ns.get(impl):
-                        spin(shield_ns[impl])
+                    if spin is not None and shield.ns.get(impl):
+                        spin(shield.ns[impl])
                     start = self.backend.record()
                     t_host = time.perf_counter()
                     if impl == CANDIDATE:
@@ -771,7 +790,7 @@ class DeviceRunner:
                                 raise
                             dropped[impl] = f"baseline {impl}: failed while timed: {type(exc).__name__}: {exc}"
                             continue
-                    host_s[impl].append(time.perf_counter() - t_host)
+                    shield.record(impl, time.perf_counter() - t_host)
                     end = self.backend.record()
                     pending.append((rr, impl, start, end))
             slack = 2.0 * (round_wall or 0.0) * (stop - r)
@@ -785,7 +804,7 @@ class DeviceRunner:
                 if rr >= warmup:
                     samples[impl].append(ms)
             pending.clear()
-            update_shields()
+            shield.update()
             last_round = stop - 1
             if last_round in checked:
                 s = last_round % n_sets
@@ -802,7 +821,7 @@ class DeviceRunner:
                 per_round = max(round_wall, 1e-6)
                 warmup = max(1, min(warmup, math.ceil(WARMUP_BUDGET_S / per_round)))
                 rounds = warmup + reps
-                checked = choose_checked()
+                checked = checked_rounds(warmup, rounds, n_sets, check_rng)
                 batch = max(1, min(16, int(float(timing.max_case_seconds) / (4 * per_round))))
             r = stop
         # the inputs must be intact (all fingerprints in one sync); the outputs of the checked
@@ -837,15 +856,14 @@ class DeviceRunner:
         notes = [td.baseline_notes[n] if td.baseline_notes[n].startswith("baseline ") else f"baseline {n}: {td.baseline_notes[n]}"
                  for n in timing.baselines if n in td.baseline_notes]
         notes += list(dropped.values()) + pool_notes
-        if shield_ns:
-            notes.append("launch shield: " + ", ".join(
-                f"{'candidate' if i == CANDIDATE else i} {shield_ns[i] / 1e3:.0f} us (host call median "
-                f"{float(np.median(host_s[i])) * 1e6:.0f} us)" for i in sorted(shield_ns)))
+        if shield.note():
+            notes.append(shield.note())
         return _CaseOutcome(CaseResult(case=case.id, status=Status.OK, params=params, time_us=time_us,
                                        spread_us=iqr * 1e3, samples=len(samples[CANDIDATE]), tbps=tbps,
                                        baselines_us=base_us, max_abs_err=max_err, rel_l2_err=rel,
                                        message="; ".join(notes)))
 
 
-__all__ = ["CupyBackend", "DeviceRunner", "GuardedBuffer", "KernelTimeout", "LaunchInvalid", "STICKY_CUDA_ERRORS",
-           "judge_outputs", "launch_problem", "median_iqr", "resolve_args", "rotation_sets", "worst_status"]
+__all__ = ["CupyBackend", "DeviceRunner", "GuardedBuffer", "KernelTimeout", "LaunchInvalid", "LaunchShield",
+           "STICKY_CUDA_ERRORS", "checked_rounds", "judge_outputs", "launch_problem", "median_iqr", "resolve_args",
+           "rotation_sets", "worst_status"]

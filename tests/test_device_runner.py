@@ -660,3 +660,24 @@ def test_slow_host_calls_get_a_launch_shield_fast_ones_do_not():
     assert sum(ns >= 0.45e6 for ns in spins) >= 10, spins
     assert "launch shield:" in res.cases[0].message and "slow 4" in res.cases[0].message or \
         "slow 5" in res.cases[0].message, res.cases[0].message
+
+
+def test_checked_rounds_cover_every_set_and_draw_the_rest():
+    rng = np.random.default_rng(3)
+    got = dev.checked_rounds(warmup=2, rounds=52, n_sets=3, rng=rng, extra=2)
+    assert {49, 50, 51} <= got and len(got) == 5 and all(2 <= r < 52 for r in got)
+    assert dev.checked_rounds(1, 3, 8, np.random.default_rng(0), extra=5) == {1, 2}   # fewer rounds than sets
+
+
+def test_launch_shield_grows_only_for_slow_host_calls():
+    sh = dev.LaunchShield()
+    for _ in range(4):
+        sh.record("fast", 5e-6)
+        sh.record("slow", 100e-6)
+    sh.update()
+    assert "fast" not in sh.ns and sh.ns["slow"] == int(dev.SHIELD_FACTOR * 100e-6 * 1e9)
+    for _ in range(8):
+        sh.record("slow", 10e-6)                   # a faster stretch does not shrink the shield
+    sh.update()
+    assert sh.ns["slow"] == int(dev.SHIELD_FACTOR * 100e-6 * 1e9)
+    assert sh.note().startswith("launch shield: slow 150 us")

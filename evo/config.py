@@ -102,6 +102,8 @@ class SearchSection:
     strategy: str = _f("ga", choices=("ga", "random"), doc="main search strategy")
     seed_from: str = _f("", doc="earlier evidence (replay table, dump JSON or URL#RUN_ID) whose best "
                                 "verified genomes start the GA; path relative to the config file")
+    seed_champions: bool = _f(True, doc="seed_from: first the genome fastest on each benchmark case (the "
+                                        "specialists a dispatch table is made of), then the best by the metric")
     ga: GASection = _f(factory=GASection)
     random: RandomSection = _f(factory=RandomSection)
     optuna: OptunaSection = _f(factory=OptunaSection)

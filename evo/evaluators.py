@@ -36,16 +36,28 @@ def load_evidence(cfg: Config, source: str, space: GeneSpace, **kw) -> ReplayEva
 
 
 def seed_genomes(cfg: Config, space: GeneSpace) -> list:
-    """The best verified genomes of `search.seed_from` that are valid in today's space, best
-    first, at most one population's worth: what an earlier run learned starts this one."""
+    """Verified genomes of `search.seed_from` that are valid in today's space, at most one
+    population's worth: what an earlier run learned starts this one. With search.seed_champions,
+    first the fastest genome of every benchmark case (in case order; a dispatch table's genomes),
+    then the rest best first by the metric."""
     if not cfg.search.seed_from:
         return []
     evidence = load_evidence(cfg, cfg.search.seed_from, space)
     metric = cfg.objective.metric
     scored = sorted((e for e in evidence.evaluations() if e.fitness(metric) is not None and e.space == space.name),
                     key=lambda e: (-e.fitness(metric), e.key))
-    out = []
-    for e in scored:
+    ordered = list(scored)
+    if cfg.search.seed_champions:
+        fastest: dict[str, tuple[float, str]] = {}
+        by_key = {e.key: e for e in scored}
+        for e in scored:
+            for c in e.cases:
+                if c.status.value == "OK" and c.time_us and (c.case not in fastest or c.time_us < fastest[c.case][0]):
+                    fastest[c.case] = (c.time_us, e.key)
+        champions = list(dict.fromkeys(key for _, key in (fastest[c] for c in sorted(fastest))))
+        ordered = [by_key[k] for k in champions] + [e for e in scored if e.key not in set(champions)]
+    out: list = []
+    for e in ordered:
         if space.is_valid(e.genome):
             out.append(space.make(e.genome))
         if len(out) == cfg.search.ga.population * cfg.search.ga.islands:

@@ -164,3 +164,31 @@ def test_seed_from_a_missing_file_is_a_config_error(tmp_path):
     cfg = make_config(search={"seed_from": str(tmp_path / "none.json")})
     with pytest.raises(ConfigError, match="search.seed_from"):
         check_environment(cfg)
+
+
+def test_seed_champions_put_each_case_s_fastest_genome_first(tmp_path):
+    """A recorded run where the best geomean is not the fastest on every case: the specialists
+    (one per case, the dispatch table's genomes) seed the GA before the rest."""
+    import json
+
+    from evo.evaluators import seed_genomes
+    from fitness.records import CaseResult, Evaluation, Status
+    from genomes import GeneSpace
+    from genomes.genes import IntRange
+
+    space = GeneSpace("seedtest", genes=(IntRange("a", low=0, high=9),))
+    evs = []
+    for a, (t1, t2) in enumerate([(10.0, 10.0), (5.0, 30.0), (30.0, 4.0), (11.0, 11.0)]):
+        g = space.make({"a": a})
+        cases = (CaseResult("c1", Status.OK, time_us=t1, baselines_us={"torch": 20.0}),
+                 CaseResult("c2", Status.OK, time_us=t2, baselines_us={"torch": 20.0}))
+        gm = ((20.0 / t1) * (20.0 / t2)) ** 0.5
+        evs.append(Evaluation(key=g.key, genome=dict(g), space="seedtest", status=Status.OK, cases=cases,
+                              objectives={"geomean_speedup": gm}))
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"evaluations": [e.to_dict() for e in evs]}))
+    cfg = make_config(search={"seed_from": str(table), "ga": {"population": 3, "offspring": 3}})
+    got = [g["a"] for g in seed_genomes(cfg, space)]
+    assert got == [1, 2, 0]                        # c1's and c2's fastest, then the best geomean
+    cfg = make_config(search={"seed_from": str(table), "seed_champions": False, "ga": {"population": 3, "offspring": 3}})
+    assert [g["a"] for g in seed_genomes(cfg, space)] == [0, 2, 3]   # metric order only

@@ -130,6 +130,9 @@ class CupyBackend:
         compiled = tuple(int(drv.funcGetAttribute(a, kernel.ptr)) for a in (11, 12, 13))  # REQUIRED_CLUSTER_*
         wanted = tuple(int(c) for c in launch.cluster)
         has_cluster = all(c > 0 for c in compiled)
+        if has_cluster and compiled[0] * compiled[1] * compiled[2] > 8:
+            # clusters of 9-16 CTAs are non-portable on sm_90: allowed per function
+            drv.funcSetAttribute(kernel.ptr, 14, 1)          # NON_PORTABLE_CLUSTER_SIZE_ALLOWED
         if has_cluster:
             if wanted != (1, 1, 1) and wanted != compiled:
                 raise LaunchInvalid(f"Launch.cluster {wanted} differs from the kernel's __cluster_dims__ {compiled}")

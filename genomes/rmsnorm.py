@@ -24,6 +24,7 @@ pipeline (staging, stages, unroll, weight_regs, weight_early), compute (rsqrt), 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from genomes.constraints import forbid, implies, require
@@ -214,10 +215,17 @@ GRID_FIT_ONLY_PERSISTENT = implies("grid_fit_only_persistent", ("grid_fit", "per
                                    lambda v: v["grid_fit"], lambda v: v["persistent"],
                                    "grid_fit sizes the persistent grid; False otherwise (no duplicate genomes)")
 
+#: v2 also lets clusters reach 16 CTAs (non-portable on sm_90: the runner and the exported package
+#: set CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED), so a 512 KB bf16 row can live in the
+#: registers or shared memory of 16 SMs, as QuACK does for its longest rows
+CLUSTER_V2 = dataclasses.replace(SPACE_V1.gene("cluster"), high=16,
+                                 doc=SPACE_V1.gene("cluster").doc + " (v2: up to 16, non-portable)")
+
 _AT = SPACE_V1.names.index("spread_rows")
 SPACE_V2 = GeneSpace(
     name="rmsnorm", doc=SPACE_V1.doc,
-    genes=SPACE_V1.genes[:_AT] + (GRID_FIT,) + SPACE_V1.genes[_AT:],
+    genes=tuple(CLUSTER_V2 if g.name == "cluster" else g for g in SPACE_V1.genes[:_AT]) + (GRID_FIT,)
+    + SPACE_V1.genes[_AT:],
     constraints=SPACE_V1.constraints + (GRID_FIT_ONLY_PERSISTENT,),
 )
 

@@ -486,7 +486,8 @@ def _fake_cupy(state):
         runtime=types.SimpleNamespace(getDevice=lambda: state["current"],
                                       memsetAsync=lambda ptr, v, n, s: state["memsets"].append((ptr, v, n, s))),
         Device=Device, ExternalStream=ExternalStream, function=types.SimpleNamespace(Module=Module),
-        driver=types.SimpleNamespace(funcSetAttribute=lambda *a: state["attrs"].append(a)))
+        driver=types.SimpleNamespace(funcSetAttribute=lambda *a: state["attrs"].append(a),
+                                     funcGetAttribute=lambda attr, ptr: state.get("cluster_dims", {}).get(attr, 0)))
     return c
 
 
@@ -700,3 +701,17 @@ def test_bench_main_prints_the_table_and_writes_every_figure(exported, fakes, mo
     assert data["flush_bytes"] == 128 << 20 and data["samples"] == 9 and len(data["cases"]) == 45
     assert {"kernel_us", "kernel_iqr_us", "op_us", "op_iqr_us", "op_host_us", "torch_us", "torch_iqr_us",
             "speedup", "tbps", "genome_key"} <= set(data["cases"][0])
+
+
+def test_clusters_of_more_than_8_ctas_are_allowed_per_function(pkg_module, fakes):
+    """sm_90 launches clusters of 9-16 CTAs only for functions that allow non-portable sizes."""
+    p, t = pkg_module, sys.modules["torch"]
+    x, w = _FakeTensor((8, 4096), t.bfloat16), _FakeTensor((4096,), t.float32)
+    fakes["cluster_dims"] = {11: 8, 12: 1, 13: 1}
+    p._FUNCTIONS.clear()
+    p.rmsnorm(x, w)
+    assert (fakes["attrs"] and all(a[1] != 14 for a in fakes["attrs"])) or not fakes["attrs"]
+    fakes["cluster_dims"] = {11: 16, 12: 1, 13: 1}
+    p._FUNCTIONS.clear()
+    p.rmsnorm(x, w)
+    assert any(a[1] == 14 and a[2] == 1 for a in fakes["attrs"])   # NON_PORTABLE_CLUSTER_SIZE_ALLOWED

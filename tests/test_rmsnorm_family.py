@@ -353,3 +353,18 @@ def test_space_versions_keep_recorded_genomes():
     old = SPACE_V1.sample(random.Random(5))
     assert SPACE_V2.make(dict(old)).key == old.key                # a v1 genome under v2: same key
     assert FAMILY.render(SPACE_V2.make(dict(old))) == FAMILY.render(old)   # same source, same compile
+
+
+def test_v2_clusters_of_16_compile_and_cover_the_longest_rows(tmp_path):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    from fitness.compile import Compiler
+    from genomes.rmsnorm import SPACE_V1, SPACE_V2
+    assert 16 not in SPACE_V1.gene("cluster").values() and 16 in SPACE_V2.gene("cluster").values()
+    g = SPACE_V2.make({**dict(DEFAULT), "cluster": 16, "cta_threads": 512, "chunks": 4})
+    launch = FAMILY.launch(g, FAMILY.make_case(8192, 262144, "bf16"))
+    assert launch.cluster == (16, 1, 1) and launch.block == (512, 1, 1)   # 16 x 512 x 4 x 16 B = the row
+    res = Compiler(tmp_path).compile(FAMILY.render(g), FAMILY.compile_flags(g))
+    assert res.ok, res.log
+    assert {k for k in res.resources if k.endswith("_c16")} == {f"rmsnorm_fwd_{x}_{w}_c16" for x, w in FAMILY.dtype_pairs()}
+    assert all(r.spill_store_bytes == 0 for r in res.resources.values())

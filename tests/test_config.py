@@ -107,3 +107,13 @@ def test_cli_runs_the_example_experiment(tmp_path):
 def test_resume_of_a_non_run_directory(tmp_path):
     res = cli("resume", str(tmp_path), cwd=tmp_path)
     assert res.returncode == 2 and "not a run directory" in res.stderr
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "experiments").rglob("*.toml")), ids=lambda p: p.name)
+def test_every_committed_experiment_config_loads(path):
+    """Configs in experiments/ (archived ones too) must stay valid as the config grows."""
+    from evo.evaluators import check_environment
+
+    cfg = load_config(path)
+    if cfg.evaluator.kind == "replay" or cfg.search.seed_from:
+        check_environment(cfg)                     # replay tables and seed files exist

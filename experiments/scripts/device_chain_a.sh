@@ -7,11 +7,7 @@
 #   C  device_chain_c.sh: the final table beside every baseline, the exported package checked.
 set -o pipefail
 . experiments/scripts/device_lib.sh
-install_wheels || exit 1
-device_pythonpath
-OUT=${OUT:-results/device}
-mkdir -p "$OUT" /root/work && park_quack_part1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
+device_start || exit 1
 EVO_RESULTS_DIR=$OUT timeout "${TESTS_S:-240}" python3 -m pytest -m gpu -q -x -p no:cacheprovider \
     tests/test_memfill.py tests/test_cheats_gpu.py > "$OUT/gpu_tests.log" 2>&1
 rc=$?; tail -4 "$OUT/gpu_tests.log"

@@ -3,11 +3,7 @@
 # shield) and QuACK's first wheel part parked in /root/q for device_final_d2.sh.
 set -o pipefail
 . experiments/scripts/device_lib.sh
-install_wheels || exit 1
-device_pythonpath
-OUT=${OUT:-results/device}
-mkdir -p "$OUT" && park_quack_part1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
+device_start || exit 1
 EVO_RESULTS_DIR=$OUT timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -p no:cacheprovider \
     tests/test_memfill.py tests/test_cheats_gpu.py > "$OUT/gpu_tests.log" 2>&1
 tail -4 "$OUT/gpu_tests.log"

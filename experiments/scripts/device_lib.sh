@@ -29,3 +29,13 @@ install_quack() {
 device_pythonpath() {
     export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1
 }
+
+# the first steps of a call on a fresh or warm machine: wheels, PYTHONPATH, $OUT (default
+# results/device), QuACK's first part parked, the GPU's name, driver and clocks in $OUT/env.txt
+device_start() {
+    install_wheels || return 1
+    device_pythonpath
+    OUT=${OUT:-results/device}
+    mkdir -p "$OUT" /root/work && park_quack_part1
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
+}

@@ -4,11 +4,7 @@
 # /root/q for a following call.
 set -o pipefail
 . experiments/scripts/device_lib.sh
-install_wheels || exit 1
-device_pythonpath
-OUT=${OUT:-results/device}
-mkdir -p "$OUT" && park_quack_part1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
+device_start || exit 1
 timeout "${PROFILE_S:-260}" python3 experiments/scripts/profile_judge.py --reps 50 > "$OUT/profile.txt" 2>&1
 tail -5 "$OUT/profile.txt"
 timeout "${EXPORT_S:-200}" bash experiments/scripts/export_check.sh results/rmsnorm_fwd_h200_run.json "$OUT"

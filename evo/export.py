@@ -359,6 +359,7 @@ and CUDA sources, the genomes and the dispatch table.
 ```python
 import torch, {pkg}
 y = {pkg}.rmsnorm(x, weight, eps=1e-6)   # torch op ptxk::rmsnorm_fwd, works under torch.compile
+{pkg}.rmsnorm_into(x, weight, y, eps=1e-6, rstd=None)   # into a preallocated y (and fp32 rstd)
 y = {pkg}.rmsnorm_cupy(x, w, eps=1e-6)   # cupy arrays (bf16 as uint16 bits with dtype="bf16")
 ```
 

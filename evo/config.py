@@ -104,6 +104,11 @@ class SearchSection:
                                 "verified genomes start the GA; path relative to the config file")
     seed_champions: bool = _f(True, doc="seed_from: first the genome fastest on each benchmark case (the "
                                         "specialists a dispatch table is made of), then the best by the metric")
+    seed_limit: int = _f(0, min=0, doc="at most this many seed_from genomes start the population (0: up to a "
+                                       "whole population); the rest are drawn at random, from init_within if set")
+    init_within: dict = _f(factory=dict, doc="[search.init_within] gene = [values]: the random genomes of the first "
+                                            "population are drawn from this region (mutation then explores the "
+                                            "whole space), e.g. staging = ['smem_async', 'smem_bulk']")
     ga: GASection = _f(factory=GASection)
     random: RandomSection = _f(factory=RandomSection)
     optuna: OptunaSection = _f(factory=OptunaSection)
@@ -189,6 +194,8 @@ def _convert(value: Any, tp: Any, path: str, meta: Mapping[str, Any], problems: 
             problems.append(f"{path}: expected a table [{path}], got {type(value).__name__} {value!r}")
             return None
         return _build(tp, value, path, problems)
+    if tp is dict:
+        return _convert_table(value, path, problems)
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp is int and isinstance(value, int) and not isinstance(value, bool))
@@ -210,6 +217,23 @@ def _convert(value: Any, tp: Any, path: str, meta: Mapping[str, Any], problems: 
     if hi is not None and value > hi:
         problems.append(f"{path}: must be <= {hi}, got {value!r}")
     return value
+
+
+def _convert_table(value: Any, path: str, problems: list[str]) -> Any:
+    """A table of name -> list of scalars (a scalar stands for a one-item list); what the names
+    and values mean is checked later, against the thing they name (check_environment)."""
+    if not isinstance(value, Mapping):
+        problems.append(f"{path}: expected a table [{path}] of name = [values], got {type(value).__name__} {value!r}")
+        return None
+    out: dict[str, list[Any]] = {}
+    for name, vals in value.items():
+        vals = list(vals) if isinstance(vals, (list, tuple)) else [vals]
+        bad = [v for v in vals if isinstance(v, (dict, list, tuple))]
+        if not vals or bad:
+            problems.append(f"{path}.{name}: expected a non-empty list of values, got {value[name]!r}")
+            continue
+        out[str(name)] = vals
+    return out
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str, problems: list[str]) -> Any:
@@ -248,6 +272,9 @@ def _cross_checks(cfg: Config) -> list[str]:
         problems.append(f"search.ga.elites: {ga.elites} is more than search.ga.population ({ga.population})")
     if ga.tournament_size > ga.population:
         problems.append(f"search.ga.tournament_size: {ga.tournament_size} is more than the population ({ga.population})")
+    if cfg.search.init_within and cfg.search.strategy != "ga":
+        problems.append(f"search.init_within: only search.strategy = 'ga' draws a first population from a region "
+                        f"(strategy is {cfg.search.strategy!r}); remove [search.init_within]")
     opt = cfg.search.optuna
     if opt.enabled and opt.trials == 0:
         problems.append("search.optuna.trials: the Optuna stage is enabled but has no trials; set trials > 0")
@@ -294,6 +321,11 @@ def describe_fields(cls: type = Config, prefix: str = "") -> list[tuple[str, str
         if dataclasses.is_dataclass(tp):
             out.extend(describe_fields(tp, path))
         else:
-            default = f.default if f.default is not dataclasses.MISSING else "(required)"
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = "(required)"
             out.append((path, getattr(tp, "__name__", str(tp)), default, f.metadata.get("doc", "")))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from fitness.evaluator import Evaluator
@@ -57,11 +58,14 @@ def seed_genomes(cfg: Config, space: GeneSpace) -> list:
         champions = list(dict.fromkeys(key for _, key in (fastest[c] for c in sorted(fastest))))
         ordered = [by_key[k] for k in champions] + [e for e in scored if e.key not in set(champions)]
     out: list = []
+    limit = cfg.search.ga.population * cfg.search.ga.islands
+    if cfg.search.seed_limit:
+        limit = min(limit, cfg.search.seed_limit)
     for e in ordered:
+        if len(out) == limit:
+            break
         if space.is_valid(e.genome):
             out.append(space.make(e.genome))
-        if len(out) == cfg.search.ga.population * cfg.search.ga.islands:
-            break
     return out
 
 
@@ -82,6 +86,24 @@ def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:
                         hopeless_below=ev.hopeless_below or None)
 
 
+def region_problems(cfg: Config, space: GeneSpace) -> list[str]:
+    """search.init_within checked against the gene space: one line per unknown gene or value."""
+    from genomes.genes import GeneError
+
+    problems = []
+    for name, values in cfg.search.init_within.items():
+        try:
+            space.region({name: values})
+        except GeneError as exc:
+            problems.append(f"search.init_within.{name}: {exc}")
+    if not problems and cfg.search.init_within:
+        try:
+            space.sample(random.Random(cfg.experiment.seed), within=cfg.search.init_within)
+        except GeneError as exc:
+            problems.append(f"search.init_within: {exc}")
+    return problems
+
+
 def check_environment(cfg: Config, store_url: str | None = None) -> None:
     """Problems a config cannot show by itself: missing family, replay table, database."""
     from genomes import available_families, load_space
@@ -99,6 +121,8 @@ def check_environment(cfg: Config, store_url: str | None = None) -> None:
         if version and version not in space_versions(family):
             problems.append(f"experiment.space_version: {family!r} has no gene space version {version!r}; "
                             f"versions: {space_versions(family)} (empty: the latest)")
+        else:
+            problems.extend(region_problems(cfg, load_space(family, version)))
     if cfg.evaluator.kind == "gpu":
         from fitness.family import KERNELS_DIR, available_families as kernel_families
 

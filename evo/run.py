@@ -59,7 +59,8 @@ def build_stages(cfg: Config, space: GeneSpace, rng: random.Random, *, storage_u
     opt = cfg.search.optuna
     main_budget = cfg.budget.evaluations - (opt.trials if opt.enabled else 0)
     if cfg.search.strategy == "ga":
-        main: Strategy = GeneticAlgorithm(space, rng, metric, cfg.search.ga, seeds=seeds)
+        main: Strategy = GeneticAlgorithm(space, rng, metric, cfg.search.ga, seeds=seeds,
+                                            init_within=cfg.search.init_within)
     else:
         main = RandomSearch(space, rng, batch=cfg.search.random.batch)
     stages = [Stage(main, main_budget)]

@@ -22,6 +22,11 @@ from genomes.genes import Gene, GeneError, gene_from_spec, ordered_names
 from genomes.genome import Genome
 
 
+#: a region is a small corner of the space: this many times `tries` rejection draws, then repairs
+REGION_DRAWS = 20
+REGION_REPAIRS = 32
+
+
 class InvalidGenome(GeneError):
     """Values that break a gene's range or a constraint; the message lists every problem."""
 
@@ -111,13 +116,49 @@ class GeneSpace:
         return Genome(self.name, items, key_items=keyed)
 
     # -- sampling ----------------------------------------------------------------------------
-    def sample(self, rng: random.Random, tries: int = 1000) -> Genome:
-        """A uniformly drawn valid genome (rejection sampling, repair as a last resort)."""
-        for _ in range(tries):
-            values = {g.name: g.sample(rng) for g in self.genes}
+    def sample(self, rng: random.Random, tries: int = 1000,
+               within: Mapping[str, Sequence[Any]] | None = None) -> Genome:
+        """A uniformly drawn valid genome (rejection sampling, repair as a last resort).
+
+        `within` (gene -> allowed values, see `region`) draws those genes only from the given
+        values: a search can start part of its population in a region the designer suspects
+        matters (e.g. shared-memory staging for long rows) that uniform sampling rarely reaches
+        because most of the space is elsewhere. A tangled region (RMSNorm's shared-memory
+        stagings: 0.3 % of draws valid) gets REGION_DRAWS times more draws, then repaired draws
+        that stay inside it; a region the constraints exclude is an error."""
+        region = self.region(within) if within else {}
+
+        def draw() -> dict[str, Any]:
+            return {g.name: (rng.choice(region[g.name]) if g.name in region else g.sample(rng)) for g in self.genes}
+
+        for _ in range(tries * (REGION_DRAWS if region else 1)):
+            values = draw()
             if self.is_valid(values):
                 return self._genome(values)
+        for _ in range(REGION_REPAIRS if region else 0):
+            try:
+                fixed = self.repair(draw(), rng)
+            except InvalidGenome:
+                continue
+            if all(fixed[n] in allowed for n, allowed in region.items()):
+                return fixed
+        if region:
+            raise GeneError(f"no valid genome of space {self.name!r} found within {region} in "
+                            f"{tries * REGION_DRAWS} draws and {REGION_REPAIRS} repairs; widen the region "
+                            "(the constraints may exclude it entirely)")
         return self.repair(values, rng)
+
+    def region(self, within: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, ...]]:
+        """Canonical allowed values per gene, checked against the genes (GeneError names the gene
+        and its legal values); a scalar stands for a one-value list."""
+        out: dict[str, tuple[Any, ...]] = {}
+        for name, allowed in within.items():
+            gene = self.gene(name)
+            vals = allowed if isinstance(allowed, (list, tuple)) else [allowed]
+            if not vals:
+                raise GeneError(f"gene {name!r}: an empty list of values; give some of {gene.describe_values()}")
+            out[name] = tuple(dict.fromkeys(gene.validate(v) for v in vals))
+        return out
 
     def enumerate(self, limit: int = 1_000_000) -> Iterator[Genome]:
         """Every valid genome, in a fixed order; refuses spaces larger than `limit`."""

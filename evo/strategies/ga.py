@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from fitness.records import Evaluation
 from genomes import GeneSpace, Genome
@@ -36,8 +36,10 @@ class GeneticAlgorithm(Strategy):
     name = "ga"
 
     def __init__(self, space: GeneSpace, rng: random.Random, metric: str, cfg: GASection,
-                 seeds: Sequence[Genome] = ()):
+                 seeds: Sequence[Genome] = (), init_within: Mapping[str, Sequence[Any]] | None = None):
         super().__init__()
+        # the region the first population's random genomes come from (seeds aside); None: anywhere
+        self.init_within = dict(init_within) if init_within else None
         self.space, self.rng, self.metric, self.cfg = space, rng, metric, cfg
         self.toolbox = make_toolbox(space, rng, crossover=cfg.crossover,
                                     mut_indpb=cfg.mutation_indpb or None, tournsize=cfg.tournament_size)
@@ -74,7 +76,7 @@ class GeneticAlgorithm(Strategy):
                 genomes.append(g)
         misses = 0
         while len(genomes) < n and misses < 100 * n:
-            g = self.space.sample(self.rng)
+            g = self.space.sample(self.rng, within=self.init_within)
             if g.key in seen:
                 misses += 1
                 continue

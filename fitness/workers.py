@@ -41,7 +41,6 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from collections import deque
 from dataclasses import replace
 from multiprocessing import connection as mp_connection
@@ -283,7 +282,9 @@ class _Worker:
         return f"<worker {self.slot} pid={self.pid} gpu={self.device_token} {self.state}>"
 
 
-_LIVE_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+# Pools not yet closed, held strongly: worker processes are not daemonic (below), so a pool must be
+# closed (killing its process groups) before multiprocessing joins its children at exit.
+_LIVE_POOLS: "set[WorkerPool]" = set()
 
 
 @atexit.register
@@ -421,8 +422,12 @@ class WorkerPool:
 
     def _spawn(self, w: _Worker) -> None:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        # Not daemonic: a daemonic process may not start children, and a runner's baselines may
+        # need to (QuACK's autotuner compiles its configs in a process pool). Orphans are still
+        # impossible: the worker leads its own process group, which close() and _kill() SIGKILL,
+        # and its parent watchdog kills that group if this process dies without closing.
         proc = self._ctx.Process(
-            target=worker_main, name=f"gpu-worker-{w.slot}", daemon=True,
+            target=worker_main, name=f"gpu-worker-{w.slot}", daemon=False,
             args=(child_conn, self.runner, w.device_token, 0, self.runner_kwargs, os.getpid()))
         proc.start()
         child_conn.close()

@@ -12,6 +12,7 @@
     lost          return a result with context_lost=True
     spawn_hang:P  start a `sleep` grandchild, write its pid to file P, then hang
     wrong         a WRONG_RESULT JobResult
+    mp_pool       start a multiprocessing process pool and use it (as QuACK's autotuner does)
 
 `run` also reports the worker's pid and CUDA_VISIBLE_DEVICES in JobResult.extra.
 """
@@ -25,6 +26,10 @@ import time
 
 from fitness.jobs import Job, JobResult
 from fitness.records import CaseResult, Status
+
+
+def _child_pid(_: int) -> int:
+    return os.getpid()
 
 
 class ScriptedRunner:
@@ -72,6 +77,15 @@ class ScriptedRunner:
                 time.sleep(3600)
         if what == "wrong":
             return self._ok(job, Status.WRONG_RESULT)
+        if what == "mp_pool":
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as ex:
+                pids = set(ex.map(_child_pid, range(4)))
+            result = self._ok(job)
+            result.extra["child_pids"] = sorted(pids)
+            return result
         raise KeyError(f"fake runner: unknown script {job.key!r}")
 
 

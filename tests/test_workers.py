@@ -157,3 +157,47 @@ def test_device_planning(monkeypatch):
         plan_devices(None, [])
     assert resolve("os.path:join") is os.path.join and resolve("os.path.join") is os.path.join
     assert describe_exit(-11) == "killed by signal SIGSEGV" and describe_exit(3) == "exit code 3"
+
+
+def test_a_job_may_start_its_own_process_pool(pool):
+    """Workers are not daemonic, because baselines may start processes of their own: QuACK's
+    autotuner compiles its configs in a process pool ("daemonic processes are not allowed to have
+    children" made its tuned path unusable in session 3). The pool's children are the job's
+    business; the worker serves the next job as before."""
+    r = pool.run([job("mp_pool"), job("ok", 1)])
+    assert [x.status for x in r] == [Status.OK, Status.OK]
+    children = r[0].extra["child_pids"]
+    assert children and r[0].extra["pid"] not in children
+    assert r[1].extra["pid"] == r[0].extra["pid"]            # same worker, no restart
+    assert pool.stats["restarts"] == 0
+
+
+def test_closed_pools_leave_no_worker_for_exit_to_join():
+    """Non-daemonic workers would keep the interpreter waiting at exit; a pool closes (and
+    forgets) its workers, and pools never closed are closed by the atexit hook."""
+    import multiprocessing
+
+    from fitness import workers
+
+    p = WorkerPool(1, runner=RUNNER, timeout_s=10, startup_timeout_s=60)
+    pid = p.run([job("ok")])[0].extra["pid"]
+    assert p in workers._LIVE_POOLS
+    workers._close_all_pools()
+    assert p not in workers._LIVE_POOLS and not alive(pid)
+    assert all(c.pid != pid for c in multiprocessing.active_children())
+
+
+def test_a_script_that_never_closes_its_pool_still_exits():
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, subprocess_env
+
+    code = ("import sys; sys.path.insert(0, 'tests'); from fitness.workers import WorkerPool; "
+            "from tests.test_workers import job, RUNNER; "
+            "p = WorkerPool(1, runner=RUNNER, timeout_s=10, startup_timeout_s=60); "
+            "print(p.run([job('ok')])[0].status.value)")
+    env = subprocess_env()
+    env["PYTHONPATH"] = str(REPO / "tests") + os.pathsep + env["PYTHONPATH"]
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-2000:]

@@ -62,6 +62,8 @@ def main() -> int:
     ap.add_argument("--baselines", default=",".join(BASELINES),
                     help="comma list; quack_tuned autotunes exhaustively at its first call per shape "
                          "(minutes of JIT compiles): leave it out when device time is short")
+    ap.add_argument("--cases", default="",
+                    help="comma list of case ids of the matrix to time (e.g. bf16/32768x4096); default: all")
     args = ap.parse_args()
     table = json.loads(Path(args.dispatch).read_text())
     entries = [DispatchEntry(e["dtype"], e["n_min"], e["n_max"], e["key"], e["genome"]) for e in table["entries"]]
@@ -72,7 +74,13 @@ def main() -> int:
     with GPUEvaluator("rmsnorm", SPACE, matrix=args.matrix, baseline="torch", baselines=baselines,
                       timeout_s=300) as ev:
         serves: dict[str, list[str]] = {}          # genome key -> the cases the table gives it
+        wanted = {c for c in args.cases.split(",") if c}
+        unknown = wanted - {c.id for c in ev.settings.bench_cases}
+        if unknown:
+            raise SystemExit(f"--cases: {sorted(unknown)} are not cases of --matrix {args.matrix}")
         for c in ev.settings.bench_cases:
+            if wanted and c.id not in wanted:
+                continue
             serves.setdefault(lookup(entries, c.params["dtype"], int(c.params["N"])).key, []).append(c.id)
         for key, g in genomes.items():
             if key not in serves:
@@ -105,7 +113,7 @@ def main() -> int:
             cases.append(row)
     cases.sort(key=lambda r: (r["dtype"], r["N"]))
     summary = {"gpu": device, "versions": versions(), "command": " ".join(["python", *sys.argv]),
-               "dispatch": args.dispatch, "matrix": args.matrix, "seconds": time.time() - t0, "cases": cases}
+               "dispatch": args.dispatch, "matrix": args.matrix, "cases_asked": args.cases or "all", "seconds": time.time() - t0, "cases": cases}
     for name in BASELINES:
         sp = [r[f"speedup_vs_{name}"] for r in cases if r.get(f"speedup_vs_{name}")]
         summary[f"geomean_speedup_vs_{name}"] = geomean(sp)

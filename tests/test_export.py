@@ -83,7 +83,7 @@ def test_package_has_every_file(exported):
                 f"{PKG}/_geometry.py", f"{PKG}/bench.py", f"{PKG}/dispatch.json", f"{PKG}/provenance.json"):
         assert (root / rel).is_file(), rel
     keys = {e.key for e in _entries()}
-    assert set(exported.kernels) == keys and len(keys) == 13          # the recorded run's table
+    assert set(exported.kernels) == keys and len(keys) == 23          # the recorded run's table
     for k in keys:
         for ext in ("cu", "cubin", "ptx", "json"):
             assert (root / PKG / "kernels" / f"{k}.{ext}").stat().st_size > 0, (k, ext)
@@ -97,7 +97,10 @@ def test_package_has_every_file(exported):
     for k, info in table["kernels"].items():
         assert info["nvcc_flags"][:4] == ["-cubin", "-gencode", "arch=compute_90a,code=sm_90a", "-O3"]
         assert "-std=c++17" in info["nvcc_flags"]
-        assert info["nvcc_flags"][-1] == f"-maxrregcount={info['genome']['maxrreg']}"
+        if info["genome"]["maxrreg"]:
+            assert info["nvcc_flags"][-1] == f"-maxrregcount={info['genome']['maxrreg']}"
+        else:                       # __launch_bounds__ caps the registers instead
+            assert not any(f.startswith("-maxrregcount") for f in info["nvcc_flags"])
         # same source, flags, arch and toolkit as the judge's compile recorded in the run
         assert info["same_compile_as_judge"] is True, k
 

@@ -106,6 +106,8 @@ class SearchSection:
                                         "specialists a dispatch table is made of), then the best by the metric")
     seed_limit: int = _f(0, min=0, doc="at most this many seed_from genomes start the population (0: up to a "
                                        "whole population); the rest are drawn at random, from init_within if set")
+    seeds_in_full: bool = _f(True, doc="seed genomes are judged on every case, never stopped early by "
+                                       "evaluator.hopeless_below (earlier champions are often specialists)")
     init_within: dict = _f(factory=dict, doc="[search.init_within] gene = [values]: the random genomes of the first "
                                             "population are drawn from this region (mutation then explores the "
                                             "whole space), e.g. staging = ['smem_async', 'smem_bulk']")
@@ -132,6 +134,9 @@ class EvaluatorSection:
     timeout_s: float = _f(60.0, min=1.0, doc="hard limit per GPU job; a hung kernel is killed")
     cache_dir: str = _f(".cache/evo-compile", doc="compile cache (relative to the working directory)")
     hopeless_below: float = _f(0.0, min=0.0, doc="stop timing a candidate below this speedup on its first cases (0: off)")
+    hopeless_cases: int = _f(2, min=1, doc="hopeless_below: how many of the largest cases are timed first (per group)")
+    hopeless_group: str = _f("", doc="hopeless_below: a case parameter (e.g. 'dtype') whose groups are probed "
+                                     "separately; a candidate is cut only if hopeless in every group")
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ class Run:
             if upcoming:
                 self.evaluator.prefetch([c.genome for c in upcoming])   # compiles while this chunk runs
             try:
-                evals = self.evaluator.evaluate([c.genome for c in chunk])
+                evals = self._judge(chunk)
             except NotRecorded:
                 # A replay cannot invent a verdict: the recording ends here (a recorded run that was
                 # stopped by its wall-time budget ends exactly like this when replayed).
@@ -190,6 +190,19 @@ class Run:
                 break
             out.append(self.answered[c.key])
         return out
+
+    def _judge(self, chunk: Sequence[Candidate]) -> list[Evaluation]:
+        """Evaluations in chunk order; seeds in full when search.seeds_in_full (session 3's
+        hopeless cut stopped two of session 2's per-case champions on cases outside their
+        specialty, so they never competed where they had won)."""
+        full = [c for c in chunk if c.operator == "seed"] if self.cfg.search.seeds_in_full else []
+        rest = [c for c in chunk if c not in full]
+        answers: dict[str, Evaluation] = {}
+        if full:
+            answers.update(zip((c.key for c in full), self.evaluator.evaluate_in_full([c.genome for c in full])))
+        if rest:
+            answers.update(zip((c.key for c in rest), self.evaluator.evaluate([c.genome for c in rest])))
+        return [answers[c.key] for c in chunk]
 
     def _answer(self, candidate: Candidate, evaluation: Evaluation) -> None:
         self.answered[candidate.key] = evaluation

@@ -73,6 +73,10 @@ class Settings:
     bench_case_timeout_s: float | None = None  # BENCH job limit per case (default timeout_s)
     hopeless_below: float | None = None
     hopeless_cases: int = 2
+    # a case parameter (e.g. "dtype") splitting the matrix into groups probed separately: the
+    # probe takes the hopeless_cases largest of each group, and a candidate is cut only if it is
+    # hopeless in every group (a bf16 specialist must not be cut by its fp32 rows)
+    hopeless_group: str | None = None
     suspect_slack: float = 1.02
     toolkit: str = ""
     device: str = ""                         # used for candidates that never reached a GPU
@@ -401,21 +405,41 @@ def stage1_check(cands: Sequence[Candidate], settings: Settings, pool: Any) -> l
 # --------------------------------------------------------------------------------------------
 # Stage 2: BENCH (optionally probing the largest cases first)
 # --------------------------------------------------------------------------------------------
-def probe_split(cases: Sequence[Case], bytes_moved: Mapping[str, int], k: int) -> tuple[list[Case], list[Case]]:
-    """The k largest-bytes cases (largest first) and the rest (in matrix order)."""
+def _group_of(params: Mapping[str, Any], group: str | None) -> Any:
+    return params.get(group) if group else None
+
+
+def probe_split(cases: Sequence[Case], bytes_moved: Mapping[str, int], k: int,
+                group: str | None = None) -> tuple[list[Case], list[Case]]:
+    """The k largest-bytes cases (largest first; of each group, groups in matrix order, when
+    `group` names a case parameter) and the rest (in matrix order)."""
     ranked = sorted(range(len(cases)), key=lambda i: (-bytes_moved.get(cases[i].id, 0), i))
-    probe_idx = set(ranked[:max(0, k)])
-    return [cases[i] for i in ranked[:max(0, k)]], [c for i, c in enumerate(cases) if i not in probe_idx]
+    picked: list[int] = []
+    for key in dict.fromkeys(_group_of(c.params, group) for c in cases):
+        picked.extend([i for i in ranked if _group_of(cases[i].params, group) == key][:max(0, k)])
+    probe_idx = set(picked)
+    return [cases[i] for i in picked], [c for i, c in enumerate(cases) if i not in probe_idx]
 
 
-def hopeless_verdict(cases: Sequence[CaseResult], baseline: str, below: float | None) -> str | None:
-    """A reason to stop benchmarking, or None (no cut, or no baseline timing to judge by)."""
+def hopeless_verdict(cases: Sequence[CaseResult], baseline: str, below: float | None,
+                     group: str | None = None) -> str | None:
+    """A reason to stop benchmarking, or None (no cut, or no baseline timing to judge by).
+    With `group`, the geomean is taken per group and the candidate is hopeless only if its best
+    group is below the threshold."""
     if below is None:
         return None
-    speed = obj.geomean_speedup(cases, baseline)
-    if speed is None or speed >= below:
+    groups: dict[Any, list[CaseResult]] = {}
+    for c in cases:
+        groups.setdefault(_group_of(c.params, group), []).append(c)
+    speeds = {key: obj.geomean_speedup(cs, baseline) for key, cs in groups.items()}
+    if not speeds or any(v is None or v >= below for v in speeds.values()):
         return None
-    return f"geomean speedup {speed:.3f}x vs {baseline} over the {len(obj.measured(cases))} largest cases < {below:g}"
+    if group is None:
+        (speed,) = speeds.values()
+        return f"geomean speedup {speed:.3f}x vs {baseline} over the {len(obj.measured(cases))} largest cases < {below:g}"
+    best_key = max(speeds, key=lambda k: speeds[k])
+    return (f"geomean speedup vs {baseline} below {below:g} in every {group} over its largest cases "
+            f"(best: {group} {best_key} at {speeds[best_key]:.3f}x)")
 
 
 def bench_round(cands: Sequence[Candidate], cases: Sequence[Case], settings: Settings, pool: Any,
@@ -450,16 +474,17 @@ def stage2_bench(cands: Sequence[Candidate], settings: Settings, pool: Any) -> l
     if not live:
         return list(cands)
     k = settings.hopeless_cases
-    if settings.hopeless_below is None or k <= 0 or len(cases) <= k:
+    n_groups = len({_group_of(c.params, settings.hopeless_group) for c in cases})
+    if settings.hopeless_below is None or k <= 0 or len(cases) <= k * n_groups:
         bench_round(live, cases, settings, pool)
         return list(cands)
-    probe, rest = probe_split(cases, settings.bytes_moved, k)
+    probe, rest = probe_split(cases, settings.bytes_moved, k, settings.hopeless_group)
     bench_round(live, probe, settings, pool, part="-probe")
     go_on = []
     for c in live:
         if not c.alive:
             continue
-        why = hopeless_verdict(c.cases, settings.baseline, settings.hopeless_below)
+        why = hopeless_verdict(c.cases, settings.baseline, settings.hopeless_below, settings.hopeless_group)
         if why:
             c.truncated = f"hopeless: {why}; {len(rest)} of {len(cases)} cases not run"
         else:

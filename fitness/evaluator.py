@@ -27,6 +27,12 @@ class Evaluator(abc.ABC):
     def evaluate(self, genomes: Sequence[Genome]) -> list[Evaluation]:
         """One Evaluation per genome, in order."""
 
+    def evaluate_in_full(self, genomes: Sequence[Genome]) -> list[Evaluation]:
+        """Like evaluate(), but never stopped early by a racing rule (e.g. a hopeless cut): for
+        genomes already known to be good somewhere, such as an earlier run's per-case champions,
+        whose specialty may lie outside the cases an early-stop rule looks at. Default: evaluate()."""
+        return self.evaluate(genomes)
+
     def prefetch(self, genomes: Sequence[Genome]) -> None:
         """A hint: these genomes come in a later evaluate() call, so work that does not need the
         device (compiling) may start now. Must not raise for a bad genome; default: nothing."""

@@ -72,6 +72,7 @@ class GPUEvaluator(Evaluator):
                  cache_dir: str | Path = ".cache/evo-compile", arch: str = "sm_90a",
                  family_root: str | Path | None = None, seed: int = 0,
                  hopeless_below: float | None = None, hopeless_cases: int = 2,
+                 hopeless_group: str | None = None,
                  bench_case_timeout_s: float | None = None, runner: str = DEFAULT_RUNNER,
                  compile_jobs: int | None = None, compiler: Any = None, pool: Any = None):
         if isinstance(family, str):
@@ -119,7 +120,7 @@ class GPUEvaluator(Evaluator):
             bytes_moved={c.id: int(family.bytes_moved(c)) for c in bench},
             baseline=baseline, baselines=tuple(names), timing=timing, check=check, seed=seed,
             timeout_s=self.timeout_s, bench_case_timeout_s=bench_case_timeout_s,
-            hopeless_below=hopeless_below, hopeless_cases=hopeless_cases)
+            hopeless_below=hopeless_below, hopeless_cases=hopeless_cases, hopeless_group=hopeless_group or None)
         n_workers = pool.size if pool is not None else len(plan_devices(workers))
         self.batch_size = max(1, n_workers) * WORKER_BATCH
 
@@ -184,6 +185,9 @@ class GPUEvaluator(Evaluator):
     def evaluate(self, genomes: Sequence[Genome]) -> list[Evaluation]:
         return self._evaluate(genomes, self.settings)
 
+    def evaluate_in_full(self, genomes: Sequence[Genome]) -> list[Evaluation]:
+        return self._evaluate(genomes, replace(self.settings, hopeless_below=None))
+
     def evaluate_cases(self, genomes: Sequence[Genome], case_ids: Sequence[str]) -> list[Evaluation]:
         """Like evaluate(), on a subset of the benchmark matrix (case ids from it, in its order).
 
@@ -241,6 +245,8 @@ class GPUEvaluator(Evaluator):
             "metric": self.metric, "bench_cases": len(self.settings.bench_cases),
             "check_cases": len(self.settings.check_cases), "batch_size": self.batch_size,
             "hopeless_below": self.settings.hopeless_below,
+            "hopeless_cases": self.settings.hopeless_cases,
+            "hopeless_group": self.settings.hopeless_group,
         }
         if self._pool is not None and hasattr(self._pool, "worker_info"):
             info = self._pool.worker_info()

@@ -379,3 +379,47 @@ def test_gpu_evaluator_evaluate_cases_times_only_the_given_cases(tmp_path):
     assert [c.id for c in ev.settings.bench_cases] == all_ids          # the evaluator itself unchanged
     with pytest.raises(ValueError, match="not in the benchmark matrix"):
         ev.evaluate_cases(genomes, ["nope"])
+
+
+# -- hopeless probes per group (session 3 cut two of session 2's per-dtype champions) -------------
+def _dtype_cases():
+    return [Case(f"{d}/{n}", {"dtype": d, "N": n}) for d in ("bf16", "fp32") for n in (256, 4096, 65536)]
+
+
+def test_probe_split_takes_the_largest_cases_of_each_group():
+    probe_split = cascade.probe_split
+    cases = _dtype_cases()
+    sizes = {c.id: c.params["N"] * (4 if c.params["dtype"] == "fp32" else 2) for c in cases}
+    probe, rest = probe_split(cases, sizes, 1)
+    assert [c.id for c in probe] == ["fp32/65536"]                         # whole matrix: fp32 only
+    probe, rest = probe_split(cases, sizes, 1, "dtype")
+    assert [c.id for c in probe] == ["bf16/65536", "fp32/65536"]         # one per dtype, matrix order
+    assert [c.id for c in rest] == ["bf16/256", "bf16/4096", "fp32/256", "fp32/4096"]
+    probe, _ = probe_split(cases, sizes, 2, "dtype")
+    assert [c.id for c in probe] == ["bf16/65536", "bf16/4096", "fp32/65536", "fp32/4096"]
+
+
+def test_hopeless_per_group_needs_every_group_below_the_threshold():
+    hopeless_verdict = cascade.hopeless_verdict
+    def cr(dtype, speedup):
+        return CaseResult(f"{dtype}/65536", params={"dtype": dtype}, time_us=100.0 / speedup,
+                          baselines_us={"torch": 100.0})
+
+    specialist = [cr("bf16", 1.2), cr("fp32", 0.45)]       # fast on bf16, hopeless on fp32
+    assert hopeless_verdict(specialist, "torch", 0.5) is None              # geomean 0.73: kept anyway
+    assert hopeless_verdict([cr("bf16", 0.6), cr("fp32", 0.3)], "torch", 0.5)   # geomean 0.42: cut
+    assert hopeless_verdict([cr("bf16", 0.6), cr("fp32", 0.3)], "torch", 0.5, "dtype") is None
+    why = hopeless_verdict([cr("bf16", 0.45), cr("fp32", 0.3)], "torch", 0.5, "dtype")
+    assert why and "every dtype" in why and "bf16 at 0.450x" in why
+
+
+def test_evaluate_in_full_ignores_the_hopeless_cut(tmp_path):
+    slow = g("ok", 0.25)
+    pool = FakePool({slow.key: slow})
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=FakeCompiler(tmp_path), pool=pool,
+                      baselines=(), hopeless_below=0.5, hopeless_cases=1)
+    (cut,) = ev.evaluate([slow])
+    assert "hopeless" in cut.artifacts["truncated"] and cut.objectives["cases"] == 1.0
+    (full,) = ev.evaluate_in_full([slow])
+    assert "truncated" not in full.artifacts and full.objectives["cases"] == 4.0
+    assert ev.settings.hopeless_below == 0.5                  # the evaluator's own settings unchanged

@@ -192,3 +192,36 @@ def test_seed_champions_put_each_case_s_fastest_genome_first(tmp_path):
     assert got == [1, 2, 0]                        # c1's and c2's fastest, then the best geomean
     cfg = make_config(search={"seed_from": str(table), "seed_champions": False, "ga": {"population": 3, "offspring": 3}})
     assert [g["a"] for g in seed_genomes(cfg, space)] == [0, 2, 3]   # metric order only
+
+
+def test_seeds_are_judged_in_full_and_the_rest_as_usual(synthetic_space, synthetic_table):
+    """Seeds go through Evaluator.evaluate_in_full (no early-stop rule), everything else through
+    evaluate(); with search.seeds_in_full = false the seeds are judged like any candidate."""
+    from evo.evaluators import seed_genomes
+    from fitness.evaluator import Evaluator
+
+    class Spy(Evaluator):
+        def __init__(self, inner):
+            self.inner, self.full, self.usual = inner, [], []
+            self.batch_size = 3                  # chunks mix seeds and sampled genomes
+
+        def evaluate(self, genomes):
+            self.usual.extend(g.key for g in genomes)
+            return self.inner.evaluate(genomes)
+
+        def evaluate_in_full(self, genomes):
+            self.full.extend(g.key for g in genomes)
+            return self.inner.evaluate(genomes)
+
+    for in_full in (True, False):
+        cfg = make_config(search={"seed_from": str(synthetic_table.source), "seed_limit": 4, "seeds_in_full": in_full,
+                                  "ga": {"population": 8, "offspring": 8}}, budget={"evaluations": 24})
+        seeds = seed_genomes(cfg, synthetic_space)
+        spy = Spy(synthetic_table)
+        store = open_store("memory://")
+        store.create_run(new_run_info(cfg, "spy"))
+        Run(cfg, synthetic_space, store, spy, "spy", seeds=seeds).optimize()
+        records = store.records("spy")
+        assert [r.key for r in records[:4]] == [g.key for g in seeds]          # order kept across the split
+        assert spy.full == ([g.key for g in seeds] if in_full else [])
+        assert set(spy.usual) == {r.key for r in records} - set(spy.full)

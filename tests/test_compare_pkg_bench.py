@@ -50,3 +50,17 @@ def test_committed_comparison_is_what_the_script_writes_from_the_committed_runs(
     assert rows(out.read_text()) == rows(committed)
     assert "32 of 33 rows reproduce; not: fp32 8192x262144." in committed
     assert len(json.loads((REPO / "results" / "rmsnorm_fwd_h200.json").read_text())["cases"]) == 33
+
+
+def test_the_package_diagnosis_script_samples_clocks_without_failing_where_there_is_no_gpu():
+    spec = importlib.util.spec_from_file_location("diagnose_pkg_case",
+                                                  REPO / "experiments" / "scripts" / "diagnose_pkg_case.py")
+    diag = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diag)
+    sampler = diag.ClockSampler(period_s=0.01)
+    with sampler:                     # no nvidia-smi here: readings are skipped, nothing raises
+        pass
+    sampler.rows = [[1980.0, 3201.0, 650.0, 60.0], [1755.0, 3201.0, 700.0, 64.0], [1830.0, 3201.0, 690.0, 62.0]]
+    s = sampler.summary()
+    assert s["clocks.sm_median"] == 1830.0 and s["clocks.sm_min"] == 1755.0
+    assert s["power.draw_median"] == 690.0 and s["readings"] == 3

@@ -135,6 +135,9 @@ class EvaluatorSection:
     cache_dir: str = _f(".cache/evo-compile", doc="compile cache (relative to the working directory)")
     hopeless_below: float = _f(0.0, min=0.0, doc="stop timing a candidate below this speedup on its first cases (0: off)")
     hopeless_cases: int = _f(2, min=1, doc="hopeless_below: how many of the largest cases are timed first (per group)")
+    unsupported_speedup: float = _f(0.0, min=0.0, doc="0: a genome that cannot run a benchmark case is INVALID; "
+                                    "> 0: such a case counts as this speedup (e.g. 0.01) and the genome "
+                                    "competes on the cases it runs (specialists for a dispatch table)")
     hopeless_group: str = _f("", doc="hopeless_below: a case parameter (e.g. 'dtype') whose groups are probed "
                                      "separately; a candidate is cut only if hopeless in every group")
 

@@ -84,7 +84,8 @@ def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:
                         workers=ev.workers or None, timeout_s=ev.timeout_s, cache_dir=ev.cache_dir,
                         arch=cfg.target.arch, seed=cfg.experiment.seed,
                         hopeless_below=ev.hopeless_below or None, hopeless_cases=ev.hopeless_cases,
-                        hopeless_group=ev.hopeless_group or None)
+                        hopeless_group=ev.hopeless_group or None,
+                        unsupported_speedup=ev.unsupported_speedup or None)
 
 
 def region_problems(cfg: Config, space: GeneSpace) -> list[str]:

@@ -77,6 +77,10 @@ class Settings:
     # probe takes the hopeless_cases largest of each group, and a candidate is cut only if it is
     # hopeless in every group (a bf16 specialist must not be cut by its fp32 rows)
     hopeless_group: str | None = None
+    # None: a benchmark case the genome cannot run (launch() returns None) makes it INVALID; a
+    # number: such a case counts as this speedup in the objectives and the genome stays OK, so a
+    # specialist (e.g. rows staged in shared memory, which must fit) can win the cases it runs
+    unsupported_speedup: float | None = None
     suspect_slack: float = 1.02
     toolkit: str = ""
     device: str = ""                         # used for candidates that never reached a GPU
@@ -290,6 +294,14 @@ def apply_compile(c: Candidate, result: Any, settings: Settings, static_problems
 # --------------------------------------------------------------------------------------------
 # Jobs and their results
 # --------------------------------------------------------------------------------------------
+#: the message of a case a genome cannot run (its family's launch() returned None)
+UNSUPPORTED = "genome cannot handle this case (launch() returned None)"
+
+
+def is_unsupported(cr: CaseResult) -> bool:
+    return cr.status is Status.INVALID and cr.message == UNSUPPORTED
+
+
 def build_job(c: Candidate, stage: str, cases: Sequence[Case], settings: Settings,
               part: str = "") -> tuple[Job | None, list[CaseResult]]:
     """The Job for a candidate on some cases, and an INVALID CaseResult for every case the genome
@@ -297,7 +309,7 @@ def build_job(c: Candidate, stage: str, cases: Sequence[Case], settings: Setting
     launches: dict[str, Launch | None] = {}
     unsupported: list[CaseResult] = []
     for case in cases:
-        why = "genome cannot handle this case (launch() returned None)"
+        why = UNSUPPORTED
         try:
             launch = settings.family.launch(c.genome, case)
         except Exception as exc:
@@ -316,16 +328,17 @@ def build_job(c: Candidate, stage: str, cases: Sequence[Case], settings: Setting
 
 
 def merge_cases(job: Job, result: JobResult, unsupported: Sequence[CaseResult]) -> list[CaseResult]:
-    """One CaseResult per case of the job, in job order: the runner's, else the INVALID one for an
-    unsupported case, else (if the runner claimed success) a RUNTIME_ERROR for the missing case."""
+    """One CaseResult per case of the job, in job order: the INVALID one for an unsupported case
+    (never launched), else the runner's, else (if the runner claimed success) a RUNTIME_ERROR for
+    the missing case."""
     got = {cr.case: cr for cr in result.cases}
     bad = {cr.case: cr for cr in unsupported}
     out = []
     for case in job.cases:
-        if case.id in got:
-            out.append(got[case.id])
-        elif case.id in bad:
+        if case.id in bad:                  # never launched: the judge's own record says why
             out.append(bad[case.id])
+        elif case.id in got:
+            out.append(got[case.id])
         elif result.status is Status.OK:
             out.append(CaseResult(case=case.id, status=Status.RUNTIME_ERROR, params=dict(case.params),
                                   message="the runner returned no result for this case"))
@@ -333,10 +346,15 @@ def merge_cases(job: Job, result: JobResult, unsupported: Sequence[CaseResult]) 
     return out + extra
 
 
-def job_status(result: JobResult, cases: Sequence[CaseResult]) -> Status:
-    if result.status is not Status.OK:
+def job_status(result: JobResult, cases: Sequence[CaseResult], skip_unsupported: bool = False) -> Status:
+    """The job's verdict; with `skip_unsupported`, cases the genome cannot run do not count (the
+    runner reports them as INVALID, so an INVALID job whose only failures they are is OK)."""
+    kept = [cr for cr in cases if not (skip_unsupported and is_unsupported(cr))]
+    only_unsupported = (result.status is Status.INVALID and len(kept) < len(cases)
+                        and all(cr.status is Status.OK for cr in kept))
+    if result.status is not Status.OK and not only_unsupported:
         return result.status
-    for cr in cases:
+    for cr in kept:
         if cr.status is not Status.OK:
             return cr.status
     return Status.OK
@@ -445,6 +463,7 @@ def hopeless_verdict(cases: Sequence[CaseResult], baseline: str, below: float | 
 def bench_round(cands: Sequence[Candidate], cases: Sequence[Case], settings: Settings, pool: Any,
                 part: str = "") -> None:
     """One BENCH job per live candidate on `cases`; results are appended to candidate.cases."""
+    allowed = settings.unsupported_speedup is not None
     batch: list[tuple[Candidate, Job, list[CaseResult]]] = []
     for c in cands:
         if not c.alive:
@@ -453,6 +472,9 @@ def bench_round(cands: Sequence[Candidate], cases: Sequence[Case], settings: Set
         job, unsupported = build_job(c, BENCH, cases, settings, part)
         if job is None:
             c.cases.extend(unsupported)
+            ran = any(cr.status is Status.OK for cr in c.cases)
+            if allowed and (part == "-probe" or ran) and all(is_unsupported(cr) for cr in unsupported):
+                continue          # nothing to time here; the genome is judged on the cases it runs
             c.stop(Status.INVALID, one_line(f"INVALID at bench: the genome cannot handle {len(unsupported)} "
                                             f"benchmark cases, e.g. {unsupported[0].case}"))
             continue
@@ -462,7 +484,7 @@ def bench_round(cands: Sequence[Candidate], cases: Sequence[Case], settings: Set
         account(c, BENCH, result)
         cases_out = merge_cases(job, result, unsupported)
         c.cases.extend(cases_out)
-        status = job_status(result, cases_out)
+        status = job_status(result, cases_out, skip_unsupported=allowed)
         if status is not Status.OK:
             c.artifacts["bench_message"] = clip(result.message)
             c.stop(status, _failure_message(BENCH, status, result, cases_out))
@@ -507,6 +529,9 @@ def _ok_message(objectives: Mapping[str, float], settings: Settings, n_cases: in
     if t is not None:
         frac = objectives.get(obj.CEILING_FRACTION)
         parts.append(f"{t:.2f} TB/s mean" + (f" ({frac:.0%} of copy ceiling)" if frac is not None else ""))
+    skipped = int(objectives.get(obj.UNSUPPORTED_CASES, 0))
+    if skipped:
+        parts.append(f"{skipped} cases it cannot run counted as {settings.unsupported_speedup:g}x")
     return f"OK: {', '.join(parts)} over {n_cases} cases"
 
 
@@ -520,7 +545,9 @@ def finalize(c: Candidate, settings: Settings) -> Evaluation:
     suspects: list[str] = []
     if c.stage == BENCH and cases:
         objectives = obj.compute(cases, settings.baseline, bytes_moved=settings.bytes_moved,
-                                 copy_ceiling_tbps=c.copy_ceiling_tbps, other_baselines=settings.baselines)
+                                 copy_ceiling_tbps=c.copy_ceiling_tbps, other_baselines=settings.baselines,
+                                 unsupported=sum(map(is_unsupported, cases)),
+                                 unsupported_speedup=settings.unsupported_speedup)
         suspects = obj.suspect_cases(cases, settings.bytes_moved, c.copy_ceiling_tbps, settings.suspect_slack)
     status = Status.OK if c.alive else c.status
     assert status is not None

@@ -72,7 +72,7 @@ class GPUEvaluator(Evaluator):
                  cache_dir: str | Path = ".cache/evo-compile", arch: str = "sm_90a",
                  family_root: str | Path | None = None, seed: int = 0,
                  hopeless_below: float | None = None, hopeless_cases: int = 2,
-                 hopeless_group: str | None = None,
+                 hopeless_group: str | None = None, unsupported_speedup: float | None = None,
                  bench_case_timeout_s: float | None = None, runner: str = DEFAULT_RUNNER,
                  compile_jobs: int | None = None, compiler: Any = None, pool: Any = None):
         if isinstance(family, str):
@@ -120,7 +120,8 @@ class GPUEvaluator(Evaluator):
             bytes_moved={c.id: int(family.bytes_moved(c)) for c in bench},
             baseline=baseline, baselines=tuple(names), timing=timing, check=check, seed=seed,
             timeout_s=self.timeout_s, bench_case_timeout_s=bench_case_timeout_s,
-            hopeless_below=hopeless_below, hopeless_cases=hopeless_cases, hopeless_group=hopeless_group or None)
+            hopeless_below=hopeless_below, hopeless_cases=hopeless_cases, hopeless_group=hopeless_group or None,
+            unsupported_speedup=unsupported_speedup)
         n_workers = pool.size if pool is not None else len(plan_devices(workers))
         self.batch_size = max(1, n_workers) * WORKER_BATCH
 
@@ -247,6 +248,7 @@ class GPUEvaluator(Evaluator):
             "hopeless_below": self.settings.hopeless_below,
             "hopeless_cases": self.settings.hopeless_cases,
             "hopeless_group": self.settings.hopeless_group,
+            "unsupported_speedup": self.settings.unsupported_speedup,
         }
         if self._pool is not None and hasattr(self._pool, "worker_info"):
             info = self._pool.worker_info()

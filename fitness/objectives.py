@@ -15,6 +15,8 @@ better unless the name ends in `_us`:
     min_ceiling_fraction   the worst case's fraction of the copy ceiling
     total_us               sum of the median times of the measured cases (lower is better)
     cases                  how many cases the objectives are computed over
+    unsupported_cases      benchmark cases the genome cannot run (only with an unsupported_speedup:
+                           each then counts in the speedups as that value, e.g. 0.01x)
 
 A name is absent when it cannot be computed (no case with that baseline, no copy ceiling), never
 NaN: `Evaluation.fitness` then treats the candidate as unable to compete on that metric.
@@ -39,6 +41,7 @@ CEILING_FRACTION = "ceiling_fraction"
 MIN_CEILING_FRACTION = "min_ceiling_fraction"
 TOTAL_US = "total_us"
 CASES = "cases"
+UNSUPPORTED_CASES = "unsupported_cases"
 
 NAMES = (GEOMEAN_SPEEDUP, MIN_SPEEDUP, MEAN_TBPS, MIN_TBPS, CEILING_FRACTION, MIN_CEILING_FRACTION,
          TOTAL_US, CASES)
@@ -152,21 +155,29 @@ def suspect_cases(cases: Iterable[CaseResult], bytes_moved: BytesMoved, copy_cei
 
 
 def compute(cases: Sequence[CaseResult], baseline: str, *, bytes_moved: BytesMoved = None,
-            copy_ceiling_tbps: float | None = None,
-            other_baselines: Iterable[str] = ()) -> dict[str, float]:
-    """Every objective that can be computed, under the names in the module docstring."""
+            copy_ceiling_tbps: float | None = None, other_baselines: Iterable[str] = (),
+            unsupported: int = 0, unsupported_speedup: float | None = None) -> dict[str, float]:
+    """Every objective that can be computed, under the names in the module docstring.
+
+    `unsupported` cases (the genome cannot run them) with an `unsupported_speedup` enter every
+    speedup objective as that value: a specialist that skips cases ranks below a genome that
+    runs them all at the same speed, and cannot raise its geomean by skipping hard cases."""
     out: dict[str, float] = {}
 
     def put(name: str, value: float | None) -> None:
         if value is not None and math.isfinite(value):
             out[name] = float(value)
 
-    put(GEOMEAN_SPEEDUP, geomean_speedup(cases, baseline))
-    put(MIN_SPEEDUP, min_speedup(cases, baseline))
-    for b in other_baselines:
-        if b != baseline:
-            put(against(GEOMEAN_SPEEDUP, b), geomean_speedup(cases, b))
-            put(against(MIN_SPEEDUP, b), min_speedup(cases, b))
+    def speeds(b: str) -> list[float]:
+        s = list(speedups(cases, b).values())
+        if s and unsupported and unsupported_speedup is not None:
+            s += [float(unsupported_speedup)] * unsupported
+        return s
+
+    for b in (baseline, *(x for x in other_baselines if x != baseline)):
+        s = speeds(b)
+        put(GEOMEAN_SPEEDUP if b == baseline else against(GEOMEAN_SPEEDUP, b), geomean(s))
+        put(MIN_SPEEDUP if b == baseline else against(MIN_SPEEDUP, b), min(s) if s else None)
     put(MEAN_TBPS, mean_tbps(cases, bytes_moved))
     put(MIN_TBPS, min_tbps(cases, bytes_moved))
     frac = ceiling_fraction(cases, copy_ceiling_tbps, bytes_moved)
@@ -175,4 +186,6 @@ def compute(cases: Sequence[CaseResult], baseline: str, *, bytes_moved: BytesMov
         put(MIN_CEILING_FRACTION, frac[1])
     put(TOTAL_US, total_us(cases))
     out[CASES] = float(len(measured(cases)))
+    if unsupported and unsupported_speedup is not None:
+        out[UNSUPPORTED_CASES] = float(unsupported)
     return out

@@ -26,7 +26,7 @@ from fitness.static_checks import classify, static_problems
 from fitness.workers import WorkerPool
 from genomes import Choice, GeneSpace
 
-BEHAVIOURS = ("ok", "compile_error", "spill", "render_bug", "wrong", "crash", "hang", "narrow", "nocheck")
+BEHAVIOURS = ("ok", "compile_error", "spill", "render_bug", "wrong", "crash", "hang", "narrow", "nocheck", "short")
 SPACE = GeneSpace("fakeop", genes=(Choice("behaviour", options=BEHAVIOURS),
                                    Choice("speed", options=(0.25, 0.5, 1.0, 2.0, 100.0))))
 TORCH_TBPS = 2.0
@@ -69,6 +69,8 @@ class FakeFamily(KernelFamily):
         if genome["behaviour"] == "narrow" and n == 1024:
             return None
         if genome["behaviour"] == "nocheck" and n < 1000:
+            return None
+        if genome["behaviour"] == "short" and n >= 4096:     # a specialist for short rows
             return None
         return Launch("k", (n, 1, 1), (128, 1, 1), ("x", "y", np.int32(n)))
 
@@ -423,3 +425,38 @@ def test_evaluate_in_full_ignores_the_hopeless_cut(tmp_path):
     (full,) = ev.evaluate_in_full([slow])
     assert "truncated" not in full.artifacts and full.objectives["cases"] == 4.0
     assert ev.settings.hopeless_below == 0.5                  # the evaluator's own settings unchanged
+
+
+# -- specialists: cases a genome cannot run, counted at a penalty instead of invalidating it -------
+def test_unsupported_cases_count_at_the_penalty_speed_when_allowed(tmp_path):
+    (ev,), pool, _ = judge([g("narrow", 2.0)], tmp_path, unsupported_speedup=0.01)
+    assert ev.status is Status.OK and ev.fitness("geomean_speedup") is not None
+    assert {c.case: c.status for c in ev.cases}["n1024"] is Status.INVALID
+    assert ev.objectives["cases"] == 3.0 and ev.objectives["unsupported_cases"] == 1.0
+    assert ev.objectives["geomean_speedup"] == pytest.approx((2.0 ** 3 * 0.01) ** 0.25)
+    assert ev.objectives["min_speedup"] == pytest.approx(0.01)
+    assert "1 cases it cannot run counted as 0.01x" in ev.message
+    full = judge([g("ok", 2.0)], tmp_path, unsupported_speedup=0.01)[0][0]
+    assert full.fitness("geomean_speedup") > ev.fitness("geomean_speedup")   # skipping never pays
+    assert "unsupported_cases" not in full.objectives
+
+
+def test_probe_cases_a_specialist_cannot_run_do_not_stop_it(tmp_path):
+    """The hopeless probe times the largest cases first; a short-row specialist runs none of
+    them, which says nothing about its speed: it goes on to the cases it runs."""
+    (ev,), pool, _ = judge([g("short", 2.0)], tmp_path, unsupported_speedup=0.01, hopeless_below=0.5)
+    assert ev.status is Status.OK and "truncated" not in ev.artifacts
+    assert stages(pool, ev.key) == ["check", "bench-rest"]          # the probe had nothing to launch
+    assert ev.objectives["cases"] == 2.0 and ev.objectives["unsupported_cases"] == 2.0
+    (strict,), _, _ = judge([g("short", 2.0)], tmp_path, hopeless_below=0.5)
+    assert strict.status is Status.INVALID                          # the default: every case or nothing
+
+
+def test_a_genome_that_runs_no_benchmark_case_is_invalid_even_when_allowed(tmp_path):
+    class NoneFamily(FakeFamily):
+        def launch(self, genome, case):
+            return None if case.id.startswith("n") and case.params["N"] >= 1000 else super().launch(genome, case)
+
+    fam = NoneFamily()
+    (ev,), _, _ = judge([g("ok")], tmp_path, family=fam, unsupported_speedup=0.01)
+    assert ev.status is Status.INVALID and "cannot handle 4 benchmark cases" in ev.message

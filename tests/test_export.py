@@ -289,7 +289,7 @@ def _best_index(data):
     return max(ok)[2]
 
 
-@pytest.mark.parametrize("how", ["wrong_result", "suspect", "case_wrong", "runtime_error"])
+@pytest.mark.parametrize("how", ["wrong_result", "suspect", "case_wrong", "runtime_error", "case_launch_raised"])
 def test_export_refuses_a_best_that_failed_verification(tmp_path, how):
     def edit(data):
         ev = data["evaluations"][_best_index(data)]
@@ -300,6 +300,8 @@ def test_export_refuses_a_best_that_failed_verification(tmp_path, how):
             ev["suspect"] = True
         elif how == "case_wrong":
             ev["cases"][3]["status"] = "WRONG_RESULT"
+        elif how == "case_launch_raised":     # a launch() bug is a failure, not an unsupported case
+            ev["cases"][3].update(status="INVALID", message="launch() raised KeyError('vec_bytes')")
         else:
             ev["status"] = "RUNTIME_ERROR"
 
@@ -718,3 +720,17 @@ def test_clusters_of_more_than_8_ctas_are_allowed_per_function(pkg_module, fakes
     p._FUNCTIONS.clear()
     p.rmsnorm(x, w)
     assert any(a[1] == 14 and a[2] == 1 for a in fakes["attrs"])   # NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+
+
+def test_a_best_with_cases_it_cannot_run_is_exportable(tmp_path):
+    """evaluator.unsupported_speedup lets a specialist stay OK with cases its launch() refuses;
+    those are not verification failures (the package gives such shapes to another kernel)."""
+    from evo.analysis import load_run
+    from evo.export import check_exportable
+    from fitness.cascade import UNSUPPORTED
+
+    def edit(data):
+        ev = data["evaluations"][_best_index(data)]
+        ev["cases"][3].update(status="INVALID", message=UNSUPPORTED, time_us=None)
+
+    check_exportable(load_run(_edited_dump(tmp_path, edit)))

@@ -83,7 +83,8 @@ def test_readme_main_job_runs_without_a_gpu(tmp_path):
     assert "best geomean_speedup = 1.1936" in res.stdout
 
 
-@pytest.mark.parametrize("session, evaluations, best", [("session1", 32, None), ("session2", 52, "1.1769")])
+@pytest.mark.parametrize("session, evaluations, best", [("session1", 32, None), ("session2", 52, "1.1769"),
+                                                        ("session3", 104, "1.1936")])
 def test_earlier_sessions_searches_replay_from_their_archived_configs(tmp_path, session, evaluations, best):
     """experiments/archive/ keeps each earlier search's config beside its recording in results/."""
     import subprocess

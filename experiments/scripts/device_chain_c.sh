@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
 # Device call C (see device_chain_a.sh): the dispatch table timed beside torch, torch.compile,
-# QuACK and Liger on the 33-case matrix in one process (bench_rmsnorm.py), then the exported
-# package installed into a clean target, its tests and its benchmark (export_check.sh).
+# QuACK and Liger on the 33-case matrix in one process (bench_rmsnorm.py), QuACK's autotuned path
+# in a second pass on TUNED (default: the bf16 cases; 23-29 s of autotuning per shape), then the
+# exported package installed into a clean target, its tests and its benchmark (export_check.sh),
+# then (DIAG_S > 0) one package case timed alone / interleaved / by the judge (diagnose_pkg_case.py).
 set -o pipefail
 . experiments/scripts/device_lib.sh
 device_pythonpath
+export QUACK_CACHE_DIR=/tmp/quack_cache
 OUT=${OUT:-results/device}
 mkdir -p "$OUT"
-timeout "${BENCH_S:-400}" python3 experiments/scripts/bench_rmsnorm.py --dispatch /root/work/rmsnorm_dispatch.json \
+timeout "${BENCH_S:-420}" python3 experiments/scripts/bench_rmsnorm.py --dispatch /root/work/rmsnorm_dispatch.json \
     --matrix "${MATRIX:-quack:bf16,fp16,fp32}" --baselines "${BASELINES:-torch,torch_compile,quack,liger}" \
-    --out "$OUT/rmsnorm_fwd_h200" > "$OUT/bench.log" 2>&1
-tail -45 "$OUT/bench.log"
+    --tuned-cases "${TUNED-bf16}" --out "$OUT/rmsnorm_fwd_h200" > "$OUT/bench.log" 2>&1
+echo "bench rc=$?"; tail -45 "$OUT/bench.log"
 RUN=$(cat /root/work/run_dir)
-timeout "${EXPORT_S:-170}" bash experiments/scripts/export_check.sh "$RUN" "$OUT" "$OUT/rmsnorm_fwd_h200.json" 2>&1 | tail -30
+timeout "${EXPORT_S:-150}" bash experiments/scripts/export_check.sh "$RUN" "$OUT" "$OUT/rmsnorm_fwd_h200.json" 2>&1 | tail -30
+if [ "${DIAG_S:-90}" -gt 0 ] && [ -d /tmp/pkgsite ]; then
+    PYTHONPATH=/tmp/pkgsite:$PYTHONPATH timeout "${DIAG_S:-90}" python3 experiments/scripts/diagnose_pkg_case.py \
+        --dtype "${DIAG_DTYPE:-fp32}" --M "${DIAG_M:-8192}" --N "${DIAG_N:-262144}" --dispatch /root/work/rmsnorm_dispatch.json --out "$OUT/diag.json" \
+        > "$OUT/diag.log" 2>&1
+    echo "diag rc=$?"; tail -20 "$OUT/diag.log"
+fi

@@ -5,6 +5,7 @@
 #      (SIGINT after SEARCH_S: the run is resumed in call B). QuACK's first wheel part is parked.
 #   B  device_chain_b.sh: QuACK installed, the search resumed to its wall budget, dump + dispatch.
 #   C  device_chain_c.sh: the final table beside every baseline, the exported package checked.
+#   Carry: A .whl .whlq1; B .whl .whlq2; C .whl .whlq3 (64 MiB per call with the working tree).
 set -o pipefail
 . experiments/scripts/device_lib.sh
 device_start || exit 1

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Device call B (see device_chain_a.sh): QuACK from the parked first wheel part and .whlq2/, the
-# search resumed to its wall budget, then its dump and dispatch table (kept in /root/work for C).
+# Device call B (see device_chain_a.sh): QuACK's second wheel part parked (.whlq2/), the search
+# resumed to its wall budget, then its dump and dispatch table (kept in /root/work for C).
 set -o pipefail
 . experiments/scripts/device_lib.sh
 install_wheels || exit 1
 install_quack
 device_pythonpath
-python3 -c "import quack.rmsnorm, liger_kernel; print('quack and liger import')" 2>&1 | tail -1
 OUT=${OUT:-results/device}
 mkdir -p "$OUT" /root/work
 RUN=$(cat /root/work/run_dir 2>/dev/null || ls -dt runs/rmsnorm-fwd-h200-*/ | head -1)

@@ -6,7 +6,10 @@
 # then (DIAG_S > 0) one package case timed alone / interleaved / by the judge (diagnose_pkg_case.py).
 set -o pipefail
 . experiments/scripts/device_lib.sh
+install_wheels || exit 1
+install_quack            # the third part (.whlq3/) completes the cutlass wheel parked by calls A and B
 device_pythonpath
+python3 -c "import quack.rmsnorm, liger_kernel; print('quack and liger import')" 2>&1 | tail -1
 export QUACK_CACHE_DIR=/tmp/quack_cache
 OUT=${OUT:-results/device}
 mkdir -p "$OUT"

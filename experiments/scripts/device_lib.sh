@@ -1,27 +1,36 @@
 # Shared steps of the device scripts (source it: `. experiments/scripts/device_lib.sh`).
-# The device has no network: wheels travel in the call's `carry` (.whl/, and QuACK's in .whlq1/
-# and .whlq2/ over two back-to-back calls, because its 90 MB cutlass wheel is split in parts).
+# The device has no network: wheels travel in the call's `carry` (.whl/, and QuACK's in .whlq1/,
+# .whlq2/ and .whlq3/ over three back-to-back calls: a call carries at most 64 MiB with the working
+# tree, and the 92 MB cutlass wheel is split in parts .part00, .part01, .part02).
 
 # the project's dependencies from .whl/ into /tmp/site
 install_wheels() {
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    python3 -m pip install -q --no# every call: park the QuACK wheels and wheel parts it carries (.whlq*/) in /root/q, where they
+# wait for the other parts while the machine stays warm
+park_quack_parts() {
+    mkdir -p /root/q && for d in .whlq*; do [ -d "$d" ] && cp "$d"/* /root/q/; done; true
 }
 
-# first call: park QuACK's small wheels and the first part of the cutlass wheel (.whlq1/) in /root/q
-park_quack_part1() {
-    mkdir -p /root/q && { [ -d .whlq1 ] && cp .whlq1/* /root/q/ || true; }
-}
-
-# second call (within 30 s, while the machine is warm): join the parts with .whlq2/ and install
+# once every part is parked: join the cutlass wheel and install QuACK with its dependencies
 install_quack() {
-    if ls /root/q/*.part00 >/dev/null 2>&1 && [ -d .whlq2 ]; then
-        local name
-        name=$(basename /root/q/*.part00 .part00)
-        cat /root/q/"$name".part00 .whlq2/"$name".part0[1-9] > /root/q/"$name" && rm /root/q/*.part00
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site /root/q/*.whl \
-            || echo "QuACK wheels did not install"
-    else
-        echo "QuACK's first wheel part is not on this machine (it went cold between calls): no QuACK"
+    park_quack_parts
+    local first name
+    first=$(ls /root/q/*.part00 2>/dev/null | head -1)
+    if [ -z "$first" ]; then
+        python3 -c "import quack" 2>/dev/null || echo "no QuACK parts on this machine (it went cold between calls): no QuACK"
+        return 0
+    fi
+    name=$(basename "$first" .part00)
+    if ! ls /root/q/"$name".part01 /root/q/"$name".part02 >/dev/null 2>&1; then
+        echo "QuACK: $(ls /root/q | grep -c part) of 3 cutlass wheel parts parked so far"
+        return 0
+    fi
+    cat /root/q/"$name".part0[0-9] > /root/q/"$name" && rm /root/q/*.part0[0-9]
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site /root/q/*.whl \
+        && echo "QuACK installed" || echo "QuACK wheels did not install"
+}
+
+rst wheel part is not on this machine (it went cold between calls): no QuACK"
     fi
 }
 
@@ -36,6 +45,6 @@ device_start() {
     install_wheels || return 1
     device_pythonpath
     OUT=${OUT:-results/device}
-    mkdir -p "$OUT" /root/work && park_quack_part1
+    mkdir -p "$OUT" /root/work && park_quack_parts
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
 }

@@ -5,7 +5,13 @@
 
 # the project's dependencies from .whl/ into /tmp/site
 install_wheels() {
-    python3 -m pip install -q --no# every call: park the QuACK wheels and wheel parts it carries (.whlq*/) in /root/q, where they
+    if [ ! -d .whl ] && python3 -c "import sys; sys.path.insert(0, '/tmp/site'); import deap, optuna" 2>/dev/null; then
+        return 0     # not carried this call, installed by an earlier one
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+}
+
+# every call: park the QuACK wheels and wheel parts it carries (.whlq*/) in /root/q, where they
 # wait for the other parts while the machine stays warm
 park_quack_parts() {
     mkdir -p /root/q && for d in .whlq*; do [ -d "$d" ] && cp "$d"/* /root/q/; done; true
@@ -30,17 +36,13 @@ install_quack() {
         && echo "QuACK installed" || echo "QuACK wheels did not install"
 }
 
-rst wheel part is not on this machine (it went cold between calls): no QuACK"
-    fi
-}
-
 # PYTHONPATH for the repo, the carried wheels and (when installed) cutlass's DSL packages
 device_pythonpath() {
     export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1
 }
 
 # the first steps of a call on a fresh or warm machine: wheels, PYTHONPATH, $OUT (default
-# results/device), QuACK's first part parked, the GPU's name, driver and clocks in $OUT/env.txt
+# results/device), the QuACK parts it carries parked, the GPU's name, driver and clocks in $OUT/env.txt
 device_start() {
     install_wheels || return 1
     device_pythonpath

@@ -89,7 +89,7 @@ def test_dump_frames_hold_the_stored_numbers(dump_frames):
     data = json.loads(DUMP.read_text())
     evs = [Evaluation.from_dict(e) for e in data["evaluations"]]
     ev = dump_frames.evaluations
-    assert len(ev) == len(evs) == 104
+    assert len(ev) == len(evs) == 96
     assert dump_frames.run["metric"] == data["config"]["objective"]["metric"] == "geomean_speedup"
     assert dump_frames.run["baseline"] == "torch" and dump_frames.run["run_id"] == data["run_id"]
     for row, e in zip(ev.itertuples(index=False), evs):
@@ -123,7 +123,7 @@ def test_synthetic_run_dir_frames_equal_the_store(synthetic_run):
 def test_rmsnorm_run_dir_frames_equal_the_store(rmsnorm_run):
     records, _ = stored(rmsnorm_run)
     frames = load_run(rmsnorm_run.path)
-    assert len(frames.evaluations) == len(records) == 104
+    assert len(frames.evaluations) == len(records) == 96
     check_against_records(frames, records, "geomean_speedup")
     assert frames.evaluations["gpu_seconds"].notna().all()
 

@@ -42,3 +42,35 @@ def test_a_tuned_path_that_failed_leaves_the_plain_figure():
     tuned = {"evolved_us": 101.0, "quack_us": 99.0, "quack_tuned_us": None, "notes": "rmsnorm_fwd_tuned failed"}
     row = bench_rmsnorm.table_row("k", _case(100.0, quack=98.0), tuned)
     assert row["speedup_vs_quack"] == pytest.approx(0.98) and row["speedup_vs_quack_tuned"] is None
+
+
+def _table_row(dtype, n, key, evolved, plain, tuned_pass=None):
+    return {"dtype": dtype, "M": 32768, "N": n, "genome_key": key, "evolved_us": evolved, "evolved_tbps": 3.9,
+            "quack_plain_us": plain, "quack_us": plain, "quack_tuned_us": None, "torch_us": 2 * evolved,
+            "torch_compile_us": None, "liger_us": None, "speedup_vs_torch": 2.0, "speedup_vs_quack": plain / evolved,
+            "speedup_vs_quack_tuned": None, "tuned_pass": tuned_pass}
+
+
+def test_a_later_tuned_pass_joins_the_table_with_its_own_ratio():
+    table = {"gpu": "H200", "command": "main", "versions": {}, "tuned_cases": ["bf16/32768x256"],
+             "cases": [_table_row("bf16", 256, "a", 10.0, 9.8, {"evolved_us": 10.0, "quack_tuned_us": 9.5}),
+                       _table_row("fp16", 256, "b", 10.0, 10.2), _table_row("fp32", 256, "c", 20.0, 20.0)]}
+    later = {"command": "tuned fp16", "cases": [
+        _table_row("fp16", 256, "b", 10.4, 10.3, {"evolved_us": 10.4, "quack_us": 10.3, "quack_tuned_us": 9.88}),
+        _table_row("bf16", 256, "a", 10.0, 9.8, {"evolved_us": 10.0, "quack_tuned_us": 1.0})]}   # already has one
+    out = bench_rmsnorm.merge_tuned(table, [later])
+    bf16, fp16, fp32 = out["cases"]
+    assert fp16["speedup_vs_quack_tuned"] == pytest.approx(0.95) and fp16["speedup_vs_quack"] == pytest.approx(0.95)
+    assert fp16["quack_us"] == pytest.approx(9.5) and fp16["tuned_pass_command"] == "tuned fp16"
+    assert bf16["tuned_pass"]["quack_tuned_us"] == 9.5                 # its own pass is kept
+    assert fp32["speedup_vs_quack"] == pytest.approx(1.0) and not fp32.get("tuned_pass")
+    assert out["cases_vs_quack_tuned"] == 1 and out["cases_vs_quack"] == 3
+    assert out["tuned_cases"] == ["bf16/32768x256", "fp16/32768x256"] and out["tuned_commands"] == ["tuned fp16"]
+    assert "QuACK autotuned pass: `tuned fp16`" in bench_rmsnorm.markdown(out)
+
+
+def test_a_tuned_pass_of_another_dispatch_table_is_refused():
+    table = {"cases": [_table_row("fp16", 256, "b", 10.0, 10.2)]}
+    other = {"cases": [_table_row("fp16", 256, "zz", 10.0, 10.2, {"evolved_us": 10.0, "quack_tuned_us": 9.0})]}
+    with pytest.raises(SystemExit, match="not the same dispatch table"):
+        bench_rmsnorm.merge_tuned(table, [other])

@@ -8,6 +8,10 @@ its own pass (`--tuned-cases`): the evolved kernel timed again beside QuACK plai
 
     python experiments/scripts/bench_rmsnorm.py --dispatch results/rmsnorm_dispatch.json \
         --matrix quack:bf16,fp16,fp32 --tuned-cases bf16 --out results/rmsnorm_fwd_h200
+
+A tuned pass run later on other cases (same dispatch table) joins the table without a GPU:
+
+    python experiments/scripts/bench_rmsnorm.py merge --table T.json --tuned T2.json --out PREFIX
 """
 
 from __future__ import annotations
@@ -51,9 +55,10 @@ def geomean(vals):
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
-def time_dispatch(ev, entries, genomes, wanted: set[str]) -> dict:
+def time_dispatch(ev, entries, genomes, wanted: set[str], on_result=None) -> dict:
     """Each genome of the table through the judge on the cases the table gives it (of `wanted`,
-    or all): genome key -> Evaluation."""
+    or all): genome key -> Evaluation. `on_result(key, evaluation)` after each genome, so that a
+    pass cut short by a time limit still leaves what it measured."""
     from evo.dispatch import lookup
 
     serves: dict[str, list[str]] = {}          # genome key -> the cases the table gives it
@@ -68,6 +73,8 @@ def time_dispatch(ev, entries, genomes, wanted: set[str]) -> dict:
         (e,) = ev.evaluate_cases([g], serves[key])
         print(f"{key}: {len(serves[key])} cases {e.status.value} {e.message[:200]}", flush=True)
         results[key] = e
+        if on_result is not None:
+            on_result(key, e)
     return results
 
 
@@ -151,46 +158,131 @@ def main() -> int:
             tuned_ids &= wanted
         main_rows = case_rows(entries, time_dispatch(ev, entries, genomes, wanted))
         device = ev.describe().get("device")
-    tuned_rows = {}
+    tuned_rows: dict[str, dict] = {}
+
+    def publish(final: bool) -> None:
+        cases = [table_row(v["key"], v["cr"], tuned_rows.get(cid)) for cid, v in main_rows.items()]
+        cases.sort(key=lambda r: (r["dtype"], r["N"]))
+        summary = {"gpu": device, "versions": versions(), "command": " ".join(["python", *sys.argv]),
+                   "dispatch": args.dispatch, "matrix": args.matrix, "cases_asked": args.cases or "all",
+                   "tuned_cases_asked": sorted(tuned_ids), "tuned_cases": sorted(tuned_rows),
+                   "complete": final, "seconds": time.time() - t0, "cases": cases}
+        write_outputs(summarize(summary), args.out, quiet=not final)
+
+    publish(final=not tuned_ids)          # the main pass is on disk before QuACK's autotuning starts
     if tuned_ids:
         t1 = time.time()
-        with GPUEvaluator("rmsnorm", SPACE, matrix=args.matrix, baseline="torch", baselines=["quack", "quack_tuned"],
-                          timeout_s=600) as ev:
-            for cid, v in case_rows(entries, time_dispatch(ev, entries, genomes, tuned_ids)).items():
+
+        def took(key, e):
+            for cid, v in case_rows(entries, {key: e}).items():
                 cr = v["cr"]
                 tuned_rows[cid] = {"evolved_us": cr.time_us, "quack_us": cr.baselines_us.get("quack"),
                                    "quack_tuned_us": cr.baselines_us.get("quack_tuned"), "notes": cr.message}
+            publish(final=False)
+
+        with GPUEvaluator("rmsnorm", SPACE, matrix=args.matrix, baseline="torch", baselines=["quack", "quack_tuned"],
+                          timeout_s=600) as ev:
+            time_dispatch(ev, entries, genomes, tuned_ids, on_result=took)
         print(f"tuned pass: {len(tuned_rows)} cases in {time.time() - t1:.0f} s", flush=True)
-    cases = [table_row(v["key"], v["cr"], tuned_rows.get(cid)) for cid, v in main_rows.items()]
-    cases.sort(key=lambda r: (r["dtype"], r["N"]))
-    summary = {"gpu": device, "versions": versions(), "command": " ".join(["python", *sys.argv]),
-               "dispatch": args.dispatch, "matrix": args.matrix, "cases_asked": args.cases or "all",
-               "tuned_cases": sorted(tuned_ids), "seconds": time.time() - t0, "cases": cases}
-    for name in BASELINES:
-        sp = [r[f"speedup_vs_{name}"] for r in cases if r.get(f"speedup_vs_{name}")]
+        publish(final=True)
+    return 0
+
+
+#: the columns a summary aggregates: each baseline, QuACK's two paths separately, and "quack" = the
+#: faster QuACK path measured for the case
+SUMMARY_OF = ("torch", "torch_compile", "quack", "quack_plain", "quack_tuned", "liger")
+
+
+def summarize(summary: dict) -> dict:
+    """Adds the geomean and minimum speedup against each baseline (over the cases that have one)."""
+    for r in summary["cases"]:
+        plain = r.get("quack_plain_us")
+        r["speedup_vs_quack_plain"] = plain / r["evolved_us"] if plain and r.get("evolved_us") else None
+    for name in SUMMARY_OF:
+        sp = [r[f"speedup_vs_{name}"] for r in summary["cases"] if r.get(f"speedup_vs_{name}")]
         summary[f"geomean_speedup_vs_{name}"] = geomean(sp)
         summary[f"min_speedup_vs_{name}"] = min(sp) if sp else None
-    Path(args.out + ".json").write_text(json.dumps(summary, indent=1, default=str))
-    lines = [f"# RMSNorm forward on {device}", "", f"Command: `{summary['command']}`", "",
-             f"Versions: {json.dumps(summary['versions'])}", "",
-             "| dtype | M x N | evolved us | TB/s | torch us | torch.compile us | QuACK us | Liger us | vs torch | vs QuACK |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        summary[f"cases_vs_{name}"] = len(sp)
+    return summary
 
+
+def merge_tuned(summary: dict, others: list[dict]) -> dict:
+    """Rows of `summary` without a tuned pass take one from `others` (bench JSONs of the same
+    dispatch table whose --tuned-cases covered them): the ratio stays a same-process one (the
+    other run's evolved time beside its QuACK tuned time); the row's headline QuACK figure becomes
+    the faster path."""
+    by_case = {(r["dtype"], r["M"], r["N"]): r for r in summary["cases"]}
+    merged = []
+    for other in others:
+        for o in other["cases"]:
+            r = by_case.get((o["dtype"], o["M"], o["N"]))
+            tp = o.get("tuned_pass")
+            if r is None or not tp or r.get("tuned_pass"):
+                continue
+            if o["genome_key"] != r["genome_key"]:
+                raise SystemExit(f"--merge-tuned: {o['dtype']}/{o['M']}x{o['N']} was timed with genome "
+                                 f"{o['genome_key']}, the table has {r['genome_key']}: not the same dispatch table")
+            r["tuned_pass"] = tp
+            r["tuned_pass_command"] = other.get("command")
+            if tp.get("quack_tuned_us") and tp.get("evolved_us"):
+                r["quack_tuned_us"] = tp["quack_tuned_us"]
+                r["speedup_vs_quack_tuned"] = tp["quack_tuned_us"] / tp["evolved_us"]
+            plain = r["quack_plain_us"] / r["evolved_us"] if r.get("quack_plain_us") and r.get("evolved_us") else None
+            paths = [v for v in (plain, r.get("speedup_vs_quack_tuned")) if v]
+            r["speedup_vs_quack"] = min(paths) if paths else None
+            r["quack_us"] = r["speedup_vs_quack"] * r["evolved_us"] if r["speedup_vs_quack"] else None
+            merged.append(f"{o['dtype']}/{o['M']}x{o['N']}")
+        summary.setdefault("tuned_commands", []).append(other.get("command"))
+    summary["tuned_cases"] = sorted(set(summary.get("tuned_cases", [])) | set(merged))
+    return summarize(summary)
+
+
+def markdown(summary: dict) -> str:
     def f(v, fmt="{:.1f}"):
         return fmt.format(v) if v else "-"
 
-    for r in cases:
+    lines = [f"# RMSNorm forward on {summary['gpu']}", "", f"Command: `{summary['command']}`", ""]
+    for cmd in summary.get("tuned_commands", []):
+        lines += [f"QuACK autotuned pass: `{cmd}`", ""]
+    lines += [f"Versions: {json.dumps(summary['versions'])}", "",
+              "QuACK us = the faster of QuACK's plain path and its autotuned path (where the tuned path "
+              f"was timed: {len(summary.get('tuned_cases', []))} cases), on the evolved kernel's scale; every "
+              "ratio compares two times measured in one process, interleaved.", "",
+              "| dtype | M x N | evolved us | TB/s | torch us | torch.compile us | QuACK plain us | QuACK tuned us "
+              "| QuACK us | Liger us | vs torch | vs QuACK |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in summary["cases"]:
+        tuned = (r.get("tuned_pass") or {}).get("quack_tuned_us")
         lines.append(f"| {r['dtype']} | {r['M']} x {r['N']} | {f(r['evolved_us'])} | {f(r['evolved_tbps'], '{:.2f}')} | "
-                     f"{f(r['torch_us'])} | {f(r['torch_compile_us'])} | {f(r['quack_us'])} | {f(r['liger_us'])} | "
+                     f"{f(r['torch_us'])} | {f(r['torch_compile_us'])} | {f(r['quack_plain_us'])} | {f(tuned)} | "
+                     f"{f(r['quack_us'])} | {f(r['liger_us'])} | "
                      f"{f(r['speedup_vs_torch'], '{:.3f}')} | {f(r['speedup_vs_quack'], '{:.3f}')} |")
-    lines += ["", "| baseline | geomean speedup | min speedup |", "|---|---:|---:|"]
-    for name in BASELINES:
-        lines.append(f"| {name} | {f(summary[f'geomean_speedup_vs_{name}'], '{:.3f}')} | "
-                     f"{f(summary[f'min_speedup_vs_{name}'], '{:.3f}')} |")
-    Path(args.out + ".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    lines += ["", "| baseline | geomean speedup | min speedup | cases |", "|---|---:|---:|---:|"]
+    for name in SUMMARY_OF:
+        lines.append(f"| {name} | {f(summary.get(f'geomean_speedup_vs_{name}'), '{:.3f}')} | "
+                     f"{f(summary.get(f'min_speedup_vs_{name}'), '{:.3f}')} | {summary.get(f'cases_vs_{name}', '-')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(summary: dict, out: str, quiet: bool = False) -> None:
+    Path(out + ".json").write_text(json.dumps(summary, indent=1, default=str))
+    text = markdown(summary)
+    Path(out + ".md").write_text(text)
+    if not quiet:
+        print(text)
+
+
+def merge_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description="merge QuACK autotuned passes into a table (no GPU)")
+    ap.add_argument("--table", required=True, help="bench JSON of the main pass")
+    ap.add_argument("--tuned", nargs="+", required=True, help="bench JSONs run with --tuned-cases")
+    ap.add_argument("--out", required=True, help="path prefix: writes PREFIX.json and PREFIX.md")
+    args = ap.parse_args(argv)
+    summary = json.loads(Path(args.table).read_text())
+    others = [json.loads(Path(p).read_text()) for p in args.tuned]
+    write_outputs(merge_tuned(summary, others), args.out)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(merge_main(sys.argv[2:]) if sys.argv[1:2] == ["merge"] else main())

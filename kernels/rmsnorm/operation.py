@@ -501,9 +501,10 @@ def _prepare_quack(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun 
 
 def _prepare_quack_tuned(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun | None:
     """QuACK's autotuned forward (`rmsnorm_fwd_tuned`, an exhaustive search over its configs at
-    the first call per shape). On the H200 it fails to launch for N >= 32768 (shared memory, see
-    DESIGN.md): the error is raised (the judge records it in the case's notes) and QuACK is
-    represented by its plain path ("quack")."""
+    the first call per shape, 23-29 s of JIT compiles on the H200). From N = 32768 some of its
+    75 configs need more shared memory than sm_90 has and fail; the tuner skips them (measured
+    for bf16/fp16 32768, session 4). If the call fails as a whole, the error is raised (the judge
+    records it in the case's notes) and QuACK is represented by its plain path ("quack")."""
     qr = importlib.import_module("quack.rmsnorm")   # `import quack.rmsnorm as qr` gives the function quack exports under that name
     import torch  # noqa: PLC0415
     if not hasattr(qr, "rmsnorm_fwd_tuned"):

@@ -81,6 +81,13 @@ class GASection:
     generations: int = _f(0, min=0, doc="stop after this many generations (0: only the budget stops it)")
     case_champions: int = _f(1, min=0, doc="also keep, per benchmark case, this many genomes fastest on that "
                                          "case (specialists for the dispatch table; 0: off)")
+    screen: int = _f(1, min=1, max=16, doc="draw this many times `offspring` children (and random first "
+                                          "genomes) and let a ridge model of fitness from genes, fitted on "
+                                          "everything measured, keep the predicted best (1: off)")
+    screen_explore: float = _f(0.25, min=0.0, max=1.0, doc="share of the kept children drawn at random from "
+                                                          "the rest instead (the model's blind spots)")
+    screen_ridge: float = _f(1.0, min=1e-6, doc="ridge penalty of the screening model")
+    screen_history: bool = _f(True, doc="fit the screening model on search.seed_from's evaluations too")
 
 
 @dataclass(frozen=True)

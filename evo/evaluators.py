@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fitness.evaluator import Evaluator
 from fitness.replay import ReplayEvaluator
-from genomes import GeneSpace
+from genomes import GeneSpace, Genome
 from evo.config import Config, ConfigError
 from evo.store import StoreError, open_store
 
@@ -67,6 +67,18 @@ def seed_genomes(cfg: Config, space: GeneSpace) -> list:
         if space.is_valid(e.genome):
             out.append(space.make(e.genome))
     return out
+
+
+def prior_evaluations(cfg: Config, space: GeneSpace) -> list[tuple[Genome, float | None]]:
+    """(genome, fitness) of every evaluation of `search.seed_from` valid in today's space, for the
+    GA's screening model (search.ga.screen > 1 with screen_history); empty otherwise. Failed
+    evaluations come with fitness None (the model leaves them out)."""
+    ga = cfg.search.ga
+    if not cfg.search.seed_from or cfg.search.strategy != "ga" or ga.screen <= 1 or not ga.screen_history:
+        return []
+    evidence = load_evidence(cfg, cfg.search.seed_from, space)
+    return [(space.make(e.genome), e.fitness(cfg.objective.metric)) for e in evidence.evaluations()
+            if e.space == space.name and space.is_valid(e.genome)]
 
 
 def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:

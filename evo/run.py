@@ -53,14 +53,15 @@ class RunSummary:
 
 
 def build_stages(cfg: Config, space: GeneSpace, rng: random.Random, *, storage_url: str | None,
-                 run_id: str, seeds: Sequence[Genome] = ()) -> list[Stage]:
+                 run_id: str, seeds: Sequence[Genome] = (),
+                 prior: Sequence[tuple[Genome, float | None]] = ()) -> list[Stage]:
     """The run's strategies in order, each with its share of the evaluation budget."""
     metric = cfg.objective.metric
     opt = cfg.search.optuna
     main_budget = cfg.budget.evaluations - (opt.trials if opt.enabled else 0)
     if cfg.search.strategy == "ga":
         main: Strategy = GeneticAlgorithm(space, rng, metric, cfg.search.ga, seeds=seeds,
-                                            init_within=cfg.search.init_within)
+                                            init_within=cfg.search.init_within, prior=prior)
     else:
         main = RandomSearch(space, rng, batch=cfg.search.random.batch)
     stages = [Stage(main, main_budget)]
@@ -76,12 +77,14 @@ class Run:
 
     def __init__(self, cfg: Config, space: GeneSpace, store: Store, evaluator: Evaluator, run_id: str,
                  *, optuna_storage: str | None = None, seeds: Sequence[Genome] = (),
+                 prior: Sequence[tuple[Genome, float | None]] = (),
                  on_progress: Callable[["Run", Sequence[Record]], None] | None = None):
         self.cfg, self.space, self.store, self.evaluator = cfg, space, store, evaluator
         self.run_id = run_id
         self.metric = cfg.objective.metric
         self.rng = random.Random(cfg.experiment.seed)
-        self.stages = build_stages(cfg, space, self.rng, storage_url=optuna_storage, run_id=run_id, seeds=seeds)
+        self.stages = build_stages(cfg, space, self.rng, storage_url=optuna_storage, run_id=run_id, seeds=seeds,
+                                   prior=prior)
         self.stage_index = 0
         self.on_progress = on_progress
         # what this run already knows: resumed runs start with their recorded evaluations

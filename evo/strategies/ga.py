@@ -17,10 +17,17 @@ from the tournament part, so the population size does not change; if elites and 
 not all fit, the elites stay, then the champions that beat the pool's runner-up on their case
 by the widest margin (the most unique specialists) first. Everything is decided from the
 evaluations told, in a fixed order, so the same evaluations give the same parents (resume).
+
+Screening (`screen` > 1, operators/surrogate.py): each island draws `screen` times its offspring,
+and the first population `screen` times its random genomes; a ridge model of log(fitness) from
+the genes, refitted before every ask on everything told so far (plus `prior`, the evaluations
+of the run the seeds came from), keeps the predicted best and a random `screen_explore` share.
+A GPU evaluation costs seconds; a prediction costs microseconds.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from typing import Any, Mapping, Sequence
@@ -28,15 +35,19 @@ from typing import Any, Mapping, Sequence
 from fitness.records import Evaluation
 from genomes import GeneSpace, Genome
 from operators import Candidate, Individual, best_unique, individual, make_toolbox, tournament, vary
+from operators.surrogate import RidgeSurrogate, ScreenResult, screen
 from evo.config import GASection
 from evo.strategies.base import Strategy
+
+log = logging.getLogger(__name__)
 
 
 class GeneticAlgorithm(Strategy):
     name = "ga"
 
     def __init__(self, space: GeneSpace, rng: random.Random, metric: str, cfg: GASection,
-                 seeds: Sequence[Genome] = (), init_within: Mapping[str, Sequence[Any]] | None = None):
+                 seeds: Sequence[Genome] = (), init_within: Mapping[str, Sequence[Any]] | None = None,
+                 prior: Sequence[tuple[Genome, float | None]] = ()):
         super().__init__()
         # the region the first population's random genomes come from (seeds aside); None: anywhere
         self.init_within = dict(init_within) if init_within else None
@@ -49,6 +60,11 @@ class GeneticAlgorithm(Strategy):
         self._evaluated: set[str] = set()        # keys told so far: children should be new
         # genome key -> {case: time_us} of the verified evaluations told so far (case champions)
         self._case_times: dict[str, dict[str, float]] = {}
+        # screening: genome key -> (genome, fitness) of everything measured (`prior`, the
+        # evaluations of an earlier run, first; this run's verdicts replace them)
+        self.surrogate = RidgeSurrogate(space, cfg.screen_ridge) if cfg.screen > 1 else None
+        self._measured: dict[str, tuple[Genome, float | None]] = {g.key: (g, f) for g, f in prior}
+        self.screen_log: list[ScreenResult] = []
 
     # -- ask ---------------------------------------------------------------------------------
     def ask(self) -> list[Candidate]:
@@ -58,13 +74,31 @@ class GeneticAlgorithm(Strategy):
             return self._initial()
         out: list[Candidate] = []
         self._pending_islands = []
+        self._fit_surrogate()
         for i, pop in enumerate(self.islands):
             runnable = [p for p in pop if not p.failed] or pop
-            kids = vary(runnable, self.cfg.offspring, self.toolbox, self.rng,
+            kids = vary(runnable, self.cfg.offspring * self.cfg.screen, self.toolbox, self.rng,
                         self.cfg.crossover_prob, self.cfg.mutation_prob, exclude=self._evaluated)
+            kids = self._screen(kids, self.cfg.offspring)
             out.extend(kids)
             self._pending_islands.extend([i] * len(kids))
         return out
+
+    def _fit_surrogate(self) -> None:
+        if self.surrogate is not None:
+            measured = list(self._measured.values())
+            self.surrogate.fit([g for g, _ in measured], [f for _, f in measured])
+
+    def _screen(self, cands: list[Candidate], keep: int) -> list[Candidate]:
+        if self.surrogate is None:
+            return cands[:keep]
+        res = screen(cands, keep, self.surrogate, self.rng, self.cfg.screen_explore)
+        self.screen_log.append(res)
+        if res.by_model:
+            log.info("screened %d -> %d (model %d, random %d; predicted %.3g kept vs %.3g dropped, "
+                     "model fitted on %d)", res.drawn, len(res.kept), res.by_model, res.at_random,
+                     res.predicted_kept, res.predicted_dropped or float("nan"), self.surrogate.samples)
+        return res.kept
 
     def _initial(self) -> list[Candidate]:
         n = self.cfg.population * self.cfg.islands
@@ -74,16 +108,22 @@ class GeneticAlgorithm(Strategy):
             if g.key not in seen:
                 seen.add(g.key)
                 genomes.append(g)
+        seeded = len(genomes)
+        want = seeded + (n - seeded) * self.cfg.screen     # random genomes to draw (screen: more)
         misses = 0
-        while len(genomes) < n and misses < 100 * n:
+        while len(genomes) < want and misses < 100 * want:
             g = self.space.sample(self.rng, within=self.init_within)
             if g.key in seen:
                 misses += 1
                 continue
             seen.add(g.key)
             genomes.append(g)
-        self._pending_islands = [j % self.cfg.islands for j in range(len(genomes))]
-        return [Candidate(g, (), "seed" if g in self.seeds else "init") for g in genomes]
+        drawn = [Candidate(g, (), "init") for g in genomes[seeded:]]
+        if drawn and self.surrogate is not None:
+            self._fit_surrogate()
+        out = [Candidate(g, (), "seed") for g in genomes[:seeded]] + self._screen(drawn, n - seeded)
+        self._pending_islands = [j % self.cfg.islands for j in range(len(out))]
+        return out
 
     # -- tell --------------------------------------------------------------------------------
     def tell(self, candidates: Sequence[Candidate], evaluations: Sequence[Evaluation]) -> None:
@@ -91,6 +131,8 @@ class GeneticAlgorithm(Strategy):
                   for c, e in zip(candidates, evaluations)]
         islands = self._pending_islands[: len(scored)]
         self._evaluated.update(c.key for c in candidates[: len(scored)])
+        for c, e in zip(candidates, evaluations):
+            self._measured[c.key] = (c.genome, e.fitness(self.metric))
         if self.cfg.case_champions:
             for c, e in zip(candidates, evaluations):
                 times = case_times(e, self.metric)

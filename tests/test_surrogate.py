@@ -182,3 +182,40 @@ def test_the_committed_backtest_is_what_the_script_writes_from_the_recorded_runs
     assert rows((tmp_path / "again.md").read_text()) == rows(committed) and len(rows(committed)) == 10
     assert "The model's half beats the whole generation in 9 of 10 generations." in committed
     assert mod.spearman(np.array([1.0, 2, 3]), np.array([3.0, 2, 1])) == pytest.approx(-1.0)
+
+
+def test_an_interrupted_screened_run_resumes_to_the_same_records(synthetic_space, synthetic_table):
+    """Resume replays the run from its seed and answers from the store: the model is refitted on
+    the same verdicts in the same order, so it keeps the same children (and prior evaluations
+    from seed_from, loaded again, train it the same way)."""
+    from evo.evaluators import prior_evaluations, seed_genomes
+
+    def config():
+        return make_config(experiment={"seed": 3},
+                           search={"seed_from": str(synthetic_table.source), "seed_limit": 4,
+                                   "ga": {"population": 12, "offspring": 12, "screen": 3}},
+                           budget={"evaluations": 72, "stall_rounds": 500})
+
+    def run(store, run_id, on_progress=None):
+        cfg = config()
+        return Run(cfg, synthetic_space, store, synthetic_table, run_id, seeds=seed_genomes(cfg, synthetic_space),
+                   prior=prior_evaluations(cfg, synthetic_space), on_progress=on_progress)
+
+    straight = open_store("memory://")
+    straight.create_run(new_run_info(config(), "a"))
+    run(straight, "a").optimize()
+
+    def stop_after_41(r, new_records):
+        if r.evaluations >= 41:
+            raise KeyboardInterrupt
+
+    store = open_store("memory://")
+    store.create_run(new_run_info(config(), "b"))
+    with pytest.raises(KeyboardInterrupt):
+        run(store, "b", stop_after_41).optimize()
+    assert store.count("b") == 41
+    run(store, "b").optimize()
+    lineage = lambda s, rid: [(r.key, r.generation, r.operator, r.parents) for r in s.records(rid)]  # noqa: E731
+    assert lineage(store, "b") == lineage(straight, "a") and len(lineage(store, "b")) == 72
+    assert any(op.endswith("@model") for _, _, op, _ in lineage(store, "b"))
+    assert sum(op.endswith("@model") for _, g, op, _ in lineage(store, "b") if g == 0) == 6   # prior-trained

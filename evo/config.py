@@ -115,6 +115,9 @@ class SearchSection:
                                        "whole population); the rest are drawn at random, from init_within if set")
     seeds_in_full: bool = _f(True, doc="seed genomes are judged on every case, never stopped early by "
                                        "evaluator.hopeless_below (earlier champions are often specialists)")
+    carry_seeds: bool = _f(False, doc="a seed whose seed_from evaluation is what the GPU judge would measure now "
+                                      "(same device, driver, toolkit, cases, baseline; verified) is answered from it "
+                                      "instead of judged again; the record says where it came from")
     init_within: dict = _f(factory=dict, doc="[search.init_within] gene = [values]: the random genomes of the first "
                                             "population are drawn from this region (mutation then explores the "
                                             "whole space), e.g. staging = ['smem_async', 'smem_bulk']")
@@ -287,6 +290,9 @@ def _cross_checks(cfg: Config) -> list[str]:
         problems.append(f"search.ga.elites: {ga.elites} is more than search.ga.population ({ga.population})")
     if ga.tournament_size > ga.population:
         problems.append(f"search.ga.tournament_size: {ga.tournament_size} is more than the population ({ga.population})")
+    if cfg.search.carry_seeds and not cfg.search.seed_from:
+        problems.append("search.carry_seeds: there is nothing to carry without search.seed_from; set seed_from "
+                        "or remove carry_seeds")
     if cfg.search.init_within and cfg.search.strategy != "ga":
         problems.append(f"search.init_within: only search.strategy = 'ga' draws a first population from a region "
                         f"(strategy is {cfg.search.strategy!r}); remove [search.init_within]")

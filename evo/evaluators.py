@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 from fitness.evaluator import Evaluator
+from fitness.records import Evaluation
 from fitness.replay import ReplayEvaluator
 from genomes import GeneSpace, Genome
 from evo.config import Config, ConfigError
@@ -79,6 +80,17 @@ def prior_evaluations(cfg: Config, space: GeneSpace) -> list[tuple[Genome, float
     evidence = load_evidence(cfg, cfg.search.seed_from, space)
     return [(space.make(e.genome), e.fitness(cfg.objective.metric)) for e in evidence.evaluations()
             if e.space == space.name and space.is_valid(e.genome)]
+
+
+def carried_evaluations(cfg: Config, space: GeneSpace) -> dict[str, Evaluation]:
+    """search.carry_seeds: the seed_from evaluations a run may answer its seeds from (the GPU
+    judge still decides, per evaluation, whether it is what it would measure now; see
+    Evaluator.accepts_evidence). Empty without carry_seeds or with a replay evaluator (a replay
+    answers every genome from its recording anyway)."""
+    if not cfg.search.carry_seeds or not cfg.search.seed_from or cfg.evaluator.kind != "gpu":
+        return {}
+    evidence = load_evidence(cfg, cfg.search.seed_from, space)
+    return {e.key: e for e in evidence.evaluations() if e.space == space.name and space.is_valid(e.genome)}
 
 
 def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:

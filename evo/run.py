@@ -13,10 +13,12 @@ where an uninterrupted one would, with each evaluation recorded once.
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from fitness.evaluator import Evaluator
 from fitness.records import Evaluation
@@ -78,6 +80,7 @@ class Run:
     def __init__(self, cfg: Config, space: GeneSpace, store: Store, evaluator: Evaluator, run_id: str,
                  *, optuna_storage: str | None = None, seeds: Sequence[Genome] = (),
                  prior: Sequence[tuple[Genome, float | None]] = (),
+                 carried: Mapping[str, Evaluation] | None = None,
                  on_progress: Callable[["Run", Sequence[Record]], None] | None = None):
         self.cfg, self.space, self.store, self.evaluator = cfg, space, store, evaluator
         self.run_id = run_id
@@ -100,6 +103,9 @@ class Run:
         self._elapsed_before = store.get_run(run_id).elapsed_s
         self._started_stage = -1
         self.stop_reason = ""
+        # search.carry_seeds: earlier verdicts the seeds may be answered from (evo.evaluators)
+        self.carried: dict[str, Evaluation] = dict(carried or {})
+        self.carry_log: list[tuple[str, str]] = []     # (genome key, "" carried | why judged again)
 
     # -- budget ------------------------------------------------------------------------------
     @property
@@ -156,6 +162,7 @@ class Run:
                 self._answer(c, self.recorded[c.key].evaluation)
             else:
                 todo.append(c)
+        todo = self._carry(stage, todo)
         batch = max(1, getattr(self.evaluator, "batch_size", 1))
         for i in range(0, len(todo), batch):
             if self._out_of_time():
@@ -171,15 +178,7 @@ class Run:
                 # stopped by its wall-time budget ends exactly like this when replayed).
                 raise _RecordingEnded(f"the replay table has no verdict for genome {chunk[0].key}: "
                                       "the recording ends here") from None
-            new_records = []
-            for c, ev in zip(chunk, evals):
-                rec = self.store.append(Record(self.run_id, ev, generation=stage.strategy.generation,
-                                               stage=stage.strategy.name, operator=c.operator,
-                                               parents=c.parents))
-                self.recorded[c.key] = rec
-                self._answer(c, ev)
-                self.new_evaluations += 1
-                new_records.append(rec)
+            new_records = [self._record(stage, c, ev) for c, ev in zip(chunk, evals)]
             # a run killed later must still count this session's time against its wall budget
             self.store.update_run(self.run_id, elapsed_s=self.elapsed_s)
             if self.on_progress:
@@ -193,6 +192,34 @@ class Run:
                 break
             out.append(self.answered[c.key])
         return out
+
+    def _record(self, stage: Stage, c: Candidate, ev: Evaluation) -> Record:
+        rec = self.store.append(Record(self.run_id, ev, generation=stage.strategy.generation,
+                                       stage=stage.strategy.name, operator=c.operator, parents=c.parents))
+        self.recorded[c.key] = rec
+        self._answer(c, ev)
+        self.new_evaluations += 1
+        return rec
+
+    def _carry(self, stage: Stage, todo: list[Candidate]) -> list[Candidate]:
+        """search.carry_seeds: record the seeds whose earlier verdict the evaluator accepts as
+        what it would measure now (same device, driver, toolkit, cases; verified); the others,
+        and everything else, are left to judge."""
+        left, carried = [], []
+        for c in todo:
+            ev = self.carried.get(c.key) if c.operator == "seed" else None
+            why = self.evaluator.accepts_evidence(ev) if ev is not None else "not carried"
+            if ev is not None:
+                self.carry_log.append((c.key, why))
+            if why:
+                left.append(c)
+            else:
+                carried.append(self._record(stage, c, _carried(ev, self.cfg.search.seed_from)))
+        if carried:
+            self.store.update_run(self.run_id, elapsed_s=self.elapsed_s)
+            if self.on_progress:
+                self.on_progress(self, carried)
+        return left
 
     def _judge(self, chunk: Sequence[Candidate]) -> list[Evaluation]:
         """Evaluations in chunk order; seeds in full when search.seeds_in_full (session 3's
@@ -277,3 +304,15 @@ def new_run_info(cfg: Config, run_id: str) -> RunInfo:
     return RunInfo(run_id=run_id, name=cfg.experiment.name, family=cfg.experiment.family,
                    seed=cfg.experiment.seed, config=cfg.to_dict())
 
+
+
+def _carried(evaluation: Evaluation, source: str) -> Evaluation:
+    """An earlier verdict answering a seed (search.carry_seeds): the same evidence, marked with
+    where it came from; it cost this run no GPU time."""
+    arts = dict(evaluation.artifacts)
+    arts["carried_from"] = source
+    if "gpu_seconds" in arts:
+        arts["carried_gpu_seconds"] = arts["gpu_seconds"]
+    arts["gpu_seconds"] = 0.0
+    return dataclasses.replace(evaluation, artifacts=arts,
+                               message=f"{evaluation.message} (carried from {source})".strip())

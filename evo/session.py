@@ -8,7 +8,7 @@ from pathlib import Path
 
 from genomes import load_space
 from evo.config import Config
-from evo.evaluators import build_evaluator, check_environment, prior_evaluations, seed_genomes
+from evo.evaluators import build_evaluator, carried_evaluations, check_environment, prior_evaluations, seed_genomes
 from evo.progress import ProgressBar
 from evo.rundir import RunDir, create_run_dir, open_run_dir
 from evo.run import Run, RunSummary, new_run_info
@@ -28,7 +28,8 @@ def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
         bar = ProgressBar(cfg.budget.evaluations, cfg.objective.metric, enabled=cfg.output.progress and not quiet)
         with build_evaluator(cfg, space) as evaluator:
             run = Run(cfg, space, store, evaluator, rd.run_id, optuna_storage=rd.optuna_storage,
-                      seeds=seed_genomes(cfg, space), prior=prior_evaluations(cfg, space), on_progress=bar)
+                      seeds=seed_genomes(cfg, space), prior=prior_evaluations(cfg, space),
+                      carried=carried_evaluations(cfg, space), on_progress=bar)
             try:
                 return run.optimize()
             finally:

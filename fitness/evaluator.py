@@ -33,6 +33,12 @@ class Evaluator(abc.ABC):
         whose specialty may lie outside the cases an early-stop rule looks at. Default: evaluate()."""
         return self.evaluate(genomes)
 
+    def accepts_evidence(self, evaluation: Evaluation) -> str:
+        """"" when `evaluation`, recorded earlier (e.g. by a previous session), is what this
+        evaluator would measure now: same device, toolkit, benchmark cases and baseline, verified.
+        Otherwise the reason it is not (the run then judges the genome again). Default: never."""
+        return f"{type(self).__name__} does not take earlier evidence"
+
     def prefetch(self, genomes: Sequence[Genome]) -> None:
         """A hint: these genomes come in a later evaluate() call, so work that does not need the
         device (compiling) may start now. Must not raise for a bad genome; default: nothing."""

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fitness import objectives as obj
-from fitness.cascade import Settings, run_cascade
+from fitness.cascade import Settings, is_unsupported, run_cascade
 from fitness.evaluator import Evaluator
 from fitness.family import KERNELS_DIR, KernelFamily, load_family
 from fitness.jobs import TimingConfig
@@ -237,6 +237,32 @@ class GPUEvaluator(Evaluator):
             s = self._pool.stats
             out["pool"] = s() if callable(s) else dict(s)
         return out
+
+    def accepts_evidence(self, evaluation: Evaluation) -> str:
+        """An earlier verdict stands for this judge when it was verified (OK, not suspect) on the
+        same device (the workers' GPU names) with the same toolkit, arch and gene space, and timed
+        every benchmark case of this judge (or recorded it as unsupported) beside the primary
+        baseline; the timing protocol itself is the same code. Starts the workers (their device
+        is the question)."""
+        if evaluation.status is not Status.OK or evaluation.suspect:
+            return f"not a verified evaluation ({evaluation.status.value}{', suspect' if evaluation.suspect else ''})"
+        self.pool()
+        for what, mine, theirs in (("device", self._device, evaluation.device),
+                                   ("toolkit", self.toolkit, evaluation.toolkit),
+                                   ("arch", self.arch, evaluation.artifacts.get("arch", self.arch)),
+                                   ("gene space", self.space.name, evaluation.space)):
+            if not mine or mine != theirs:
+                return f"{what} differs: recorded {theirs!r}, here {mine!r}"
+        recorded = {c.case: c for c in evaluation.cases}
+        for case in self.settings.bench_cases:
+            c = recorded.get(case.id)
+            if c is None:
+                return f"case {case.id} was not measured"
+            if is_unsupported(c):
+                continue
+            if not (c.status is Status.OK and c.time_us and c.baselines_us.get(self.settings.baseline)):
+                return f"case {case.id} has no verified time beside {self.settings.baseline}"
+        return ""
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -1,0 +1,142 @@
+"""search.carry_seeds: a seed whose earlier verdict is what the GPU judge would measure now is
+answered from it (marked, no GPU time) instead of judged again; anything else is judged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evo.config import ConfigError
+from evo.evaluators import carried_evaluations, seed_genomes
+from evo.run import Run, new_run_info
+from evo.store import open_store
+from fitness.evaluator import Evaluator
+from fitness.records import Evaluation, Status
+from tests.conftest import REPO, make_config
+
+
+class CountingJudge(Evaluator):
+    """The synthetic recording as a 'GPU': counts what it is asked to judge; accepts earlier
+    evidence recorded on its own device unless told otherwise."""
+
+    def __init__(self, table, accept=True):
+        self.table, self.accept, self.judged = table, accept, []
+
+    def evaluate(self, genomes):
+        self.judged += [g.key for g in genomes]
+        return self.table.evaluate(genomes)
+
+    def accepts_evidence(self, evaluation):
+        if not self.accept:
+            return "device differs: recorded 'synthetic', here 'another GPU'"
+        return "" if evaluation.status is Status.OK and evaluation.device == "synthetic" else "not verified here"
+
+
+def _config(table, **search):
+    return make_config(search={"seed_from": str(table.source), "seed_limit": 6, "carry_seeds": True,
+                               "ga": {"population": 10, "offspring": 10}, **search},
+                       budget={"evaluations": 30})
+
+
+def _run(space, table, judge, cfg, carried):
+    store = open_store("memory://")
+    store.create_run(new_run_info(cfg, "c"))
+    run = Run(cfg, space, store, judge, "c", seeds=seed_genomes(cfg, space), carried=carried)
+    run.optimize()
+    return run, store.records("c")
+
+
+def test_accepted_seeds_are_carried_not_judged(synthetic_space, synthetic_table):
+    cfg = _config(synthetic_table)
+    seeds = seed_genomes(cfg, synthetic_space)
+    carried = {e.key: e for e in synthetic_table.evaluations()}      # what carried_evaluations gives a GPU run
+    judge = CountingJudge(synthetic_table)
+    run, records = _run(synthetic_space, synthetic_table, judge, cfg, carried)
+    assert len(records) == 30 and not set(judge.judged) & {g.key for g in seeds}
+    first = records[:6]
+    assert [r.key for r in first] == [g.key for g in seeds] and {r.operator for r in first} == {"seed"}
+    for r in first:
+        original = carried[r.key]
+        assert r.evaluation.objectives == original.objectives and r.evaluation.cases == original.cases
+        assert r.evaluation.artifacts["carried_from"] == cfg.search.seed_from
+        assert float(r.evaluation.artifacts["gpu_seconds"]) == 0.0 and "carried from" in r.evaluation.message
+    assert run.carry_log == [(g.key, "") for g in seeds]
+    # the other 24 were judged, as usual
+    assert len(judge.judged) == 24 and all("carried_from" not in r.evaluation.artifacts for r in records[6:])
+
+
+def test_refused_evidence_is_judged_again_and_the_reason_kept(synthetic_space, synthetic_table):
+    cfg = _config(synthetic_table)
+    seeds = seed_genomes(cfg, synthetic_space)
+    judge = CountingJudge(synthetic_table, accept=False)
+    run, records = _run(synthetic_space, synthetic_table, judge, cfg,
+                        {e.key: e for e in synthetic_table.evaluations()})
+    assert judge.judged[:6] == [g.key for g in seeds] and len(judge.judged) == 30
+    assert all("carried_from" not in r.evaluation.artifacts for r in records)
+    assert [why for _, why in run.carry_log] == ["device differs: recorded 'synthetic', here 'another GPU'"] * 6
+
+
+def test_only_a_gpu_run_with_carry_seeds_carries_and_the_option_needs_seed_from(synthetic_space, synthetic_table):
+    assert carried_evaluations(_config(synthetic_table), synthetic_space) == {}          # replay evaluator
+    assert carried_evaluations(make_config(), synthetic_space) == {}
+    with pytest.raises(ConfigError, match="search.carry_seeds: there is nothing to carry without search.seed_from"):
+        make_config(search={"carry_seeds": True})
+
+
+# -- the GPU judge's side: would it measure the same now? (no GPU needed: a stand-in pool) -------------------
+class StandInPool:
+    size = 1
+
+    def __init__(self, device):
+        self.device = device
+
+    def start(self):
+        pass
+
+    def worker_info(self):
+        return [{"device": self.device}]
+
+    def close(self):
+        pass
+
+
+class StandInCompiler:
+    toolkit = "13.0.88"         # GPUEvaluator.toolkit reads "nvcc <version>"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    data = json.loads((REPO / "results" / "rmsnorm_fwd_h200_run.json").read_text())
+    return [Evaluation.from_dict(e) for e in data["evaluations"]]
+
+
+def _judge(device, matrix="quack:bf16,fp16,fp32"):
+    from fitness.gpu_evaluator import GPUEvaluator
+    from genomes.rmsnorm import SPACE_V2
+
+    return GPUEvaluator("rmsnorm", SPACE_V2, matrix=matrix, pool=StandInPool(device), compiler=StandInCompiler())
+
+
+def test_the_gpu_judge_accepts_a_verified_full_evaluation_from_its_own_device(recorded):
+    full = next(e for e in recorded if e.status is Status.OK and len(e.cases) == 33)
+    with _judge(full.device) as judge:
+        assert judge.accepts_evidence(full) == ""
+    with _judge(full.device, matrix="quack:bf16") as judge:                 # a subset of what was measured
+        assert judge.accepts_evidence(full) == ""
+
+
+def test_the_gpu_judge_refuses_what_it_would_not_measure_the_same(recorded):
+    full = next(e for e in recorded if e.status is Status.OK and len(e.cases) == 33)
+    truncated = next(e for e in recorded if "truncated, hopeless" in e.message)
+    with _judge(full.device.replace("580.159.04", "590.1")) as judge:
+        assert judge.accepts_evidence(full).startswith("device differs")
+    with _judge(full.device) as judge:
+        assert judge.accepts_evidence(truncated).startswith("case ") and "was not measured" in judge.accepts_evidence(truncated)
+        from dataclasses import replace
+
+        assert judge.accepts_evidence(replace(full, toolkit="nvcc 12.8")).startswith("toolkit differs")
+        assert judge.accepts_evidence(replace(full, suspect=True)).startswith("not a verified evaluation")
+        assert judge.accepts_evidence(replace(full, status=Status.WRONG_RESULT)).startswith("not a verified")
+    with _judge(full.device, matrix="quack+models:bf16") as judge:
+        assert "was not measured" in judge.accepts_evidence(full)

@@ -240,10 +240,11 @@ class GPUEvaluator(Evaluator):
 
     def accepts_evidence(self, evaluation: Evaluation) -> str:
         """An earlier verdict stands for this judge when it was verified (OK, not suspect) on the
-        same device (the workers' GPU names) with the same toolkit, arch and gene space, and timed
+        same device (the workers' GPU names, driver included) with the same toolkit, arch and gene
+        space, for the same kernel (the compile key of the source rendered now, flags and toolkit
+        included, equals the recorded one: a template changed since is judged again), and timed
         every benchmark case of this judge (or recorded it as unsupported) beside the primary
-        baseline; the timing protocol itself is the same code. Starts the workers (their device
-        is the question)."""
+        baseline. Starts the workers (their device is the question)."""
         if evaluation.status is not Status.OK or evaluation.suspect:
             return f"not a verified evaluation ({evaluation.status.value}{', suspect' if evaluation.suspect else ''})"
         self.pool()
@@ -253,6 +254,13 @@ class GPUEvaluator(Evaluator):
                                    ("gene space", self.space.name, evaluation.space)):
             if not mine or mine != theirs:
                 return f"{what} differs: recorded {theirs!r}, here {mine!r}"
+        try:
+            genome = self.space.make(evaluation.genome)
+            source_hash = self.compiler().key(self.family.render(genome), tuple(self.family.compile_flags(genome)))
+        except Exception as exc:  # noqa: BLE001 - a reason, not a crash: the genome is judged again
+            return f"cannot render it here: {type(exc).__name__}: {exc}"
+        if evaluation.artifacts.get("source_hash") != source_hash:
+            return "kernel source differs (the template, its flags or the toolkit changed since)"
         recorded = {c.case: c for c in evaluation.cases}
         for case in self.settings.bench_cases:
             c = recorded.get(case.id)

@@ -101,42 +101,54 @@ class StandInPool:
         pass
 
 
-class StandInCompiler:
-    toolkit = "13.0.88"         # GPUEvaluator.toolkit reads "nvcc <version>"
-
-
 @pytest.fixture(scope="module")
 def recorded():
     data = json.loads((REPO / "results" / "rmsnorm_fwd_h200_run.json").read_text())
     return [Evaluation.from_dict(e) for e in data["evaluations"]]
 
 
-def _judge(device, matrix="quack:bf16,fp16,fp32"):
+@pytest.fixture(scope="module")
+def compiler(tmp_path_factory):
+    from fitness.compile import Compiler
+
+    return Compiler(tmp_path_factory.mktemp("cc"))     # only its compile key is used: nothing is built
+
+
+def _judge(device, compiler, matrix="quack:bf16,fp16,fp32"):
     from fitness.gpu_evaluator import GPUEvaluator
     from genomes.rmsnorm import SPACE_V2
 
-    return GPUEvaluator("rmsnorm", SPACE_V2, matrix=matrix, pool=StandInPool(device), compiler=StandInCompiler())
+    return GPUEvaluator("rmsnorm", SPACE_V2, matrix=matrix, pool=StandInPool(device), compiler=compiler)
 
 
-def test_the_gpu_judge_accepts_a_verified_full_evaluation_from_its_own_device(recorded):
+def test_the_gpu_judge_accepts_a_verified_full_evaluation_of_the_same_kernel_on_its_own_device(recorded, compiler):
     full = next(e for e in recorded if e.status is Status.OK and len(e.cases) == 33)
-    with _judge(full.device) as judge:
+    if f"nvcc {compiler.toolkit}" != full.toolkit:
+        pytest.skip(f"the run was recorded with {full.toolkit}, this machine has nvcc {compiler.toolkit}")
+    with _judge(full.device, compiler) as judge:
         assert judge.accepts_evidence(full) == ""
-    with _judge(full.device, matrix="quack:bf16") as judge:                 # a subset of what was measured
+    with _judge(full.device, compiler, matrix="quack:bf16") as judge:      # a subset of what was measured
         assert judge.accepts_evidence(full) == ""
 
 
-def test_the_gpu_judge_refuses_what_it_would_not_measure_the_same(recorded):
+def test_the_gpu_judge_refuses_what_it_would_not_measure_the_same(recorded, compiler):
     full = next(e for e in recorded if e.status is Status.OK and len(e.cases) == 33)
     truncated = next(e for e in recorded if "truncated, hopeless" in e.message)
-    with _judge(full.device.replace("580.159.04", "590.1")) as judge:
+    if f"nvcc {compiler.toolkit}" != full.toolkit:
+        pytest.skip(f"the run was recorded with {full.toolkit}, this machine has nvcc {compiler.toolkit}")
+    with _judge(full.device.replace("580.159.04", "590.1"), compiler) as judge:
         assert judge.accepts_evidence(full).startswith("device differs")
-    with _judge(full.device) as judge:
+    with _judge(full.device, compiler) as judge:
         assert judge.accepts_evidence(truncated).startswith("case ") and "was not measured" in judge.accepts_evidence(truncated)
         from dataclasses import replace
 
         assert judge.accepts_evidence(replace(full, toolkit="nvcc 12.8")).startswith("toolkit differs")
         assert judge.accepts_evidence(replace(full, suspect=True)).startswith("not a verified evaluation")
         assert judge.accepts_evidence(replace(full, status=Status.WRONG_RESULT)).startswith("not a verified")
-    with _judge(full.device, matrix="quack+models:bf16") as judge:
+        edited = replace(full, artifacts={**full.artifacts, "source_hash": "0" * 64})    # another template
+        assert judge.accepts_evidence(edited).startswith("kernel source differs")
+        other = next(e for e in recorded if e.status is Status.OK and len(e.cases) == 33 and e.key != full.key)
+        swapped = replace(full, genome=other.genome)      # evidence of one genome presented as another's
+        assert judge.accepts_evidence(swapped).startswith("kernel source differs")
+    with _judge(full.device, compiler, matrix="quack+models:bf16") as judge:
         assert "was not measured" in judge.accepts_evidence(full)

@@ -175,7 +175,7 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
                cache_dir: str | Path | None = None, bench: str | Path | None = None, force: bool = False,
                compiler: Any = None) -> ExportResult:
     """Write the package for the run at `source` (run dir, store URL or dump JSON) into `out`."""
-    from fitness.compile import Compiler
+    from fitness.compile import Compiler, compile_key
     from fitness.family import FamilyNotFound, load_family
 
     try:
@@ -225,6 +225,16 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
     genomes = {e.key: dict(e.genome) for e in entries}
     sources = {k: family.render(_make_genome(family, genomes[k])) for k in keys}
     flags = {k: list(family.compile_flags(_make_genome(family, genomes[k]))) for k in keys}
+    for k in keys:             # the package must hold the kernels the judge verified and timed
+        ev = by_key.get(k)
+        judged = ev.artifacts.get("source_hash") if ev is not None else None
+        if judged:
+            recorded_toolkit = (ev.toolkit or "").removeprefix("nvcc ").strip()
+            if compile_key(sources[k], flags[k], str(ev.artifacts.get("arch") or arch), recorded_toolkit) != judged:
+                raise ExportError(f"genome {k}: the source rendered now is not the one the judge compiled "
+                                  f"(compile key {judged[:12]} with {ev.toolkit or 'its toolkit'}): the kernel "
+                                  f"template or its flags changed since the run; export it from the commit it "
+                                  f"was made with")
     results = dict(zip(keys, compiler.compile_many([(sources[k], flags[k]) for k in keys])))
     for k, res in results.items():
         if not res.ok:

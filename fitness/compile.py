@@ -82,6 +82,15 @@ def arch_target(arch: str) -> str:
     return f"arch=compute_{arch[3:]},code={arch}"
 
 
+def compile_key(source: str, flags: Sequence[str], arch: str, toolkit: str) -> str:
+    """The cache key (and an evaluation's `source_hash`): what determines a compile's output.
+    A function of its own so that a recorded key can be checked against a source without the
+    toolkit it was compiled with (evo export: is this still the kernel the judge measured?)."""
+    payload = json.dumps({"source": source, "flags": list(flags), "arch": arch, "toolkit": toolkit},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
 class Compiler:
     """nvcc to cubin with a shared on-disk cache; `compile_many` runs `jobs` nvcc at once.
 
@@ -106,9 +115,7 @@ class Compiler:
 
     # -- keys and paths ----------------------------------------------------------------------
     def key(self, source: str, flags: Sequence[str] = ()) -> str:
-        payload = json.dumps({"source": source, "flags": list(flags), "arch": self.arch,
-                              "toolkit": self.toolkit}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()
+        return compile_key(source, flags, self.arch, self.toolkit)
 
     def entry_dir(self, key: str) -> Path:
         return self.cache_dir / key[:2] / key

@@ -744,3 +744,21 @@ def test_a_best_with_cases_it_cannot_run_is_exportable(tmp_path):
         ev["cases"][3].update(status="INVALID", message=UNSUPPORTED, time_us=None)
 
     check_exportable(load_run(_edited_dump(tmp_path, edit)))
+
+
+def test_export_refuses_when_the_template_no_longer_renders_the_judged_kernel(tmp_path, monkeypatch):
+    """The package must hold what the judge verified and timed: a template edited since the run
+    renders other kernels under the same genome keys, and export says so instead of shipping them."""
+    import fitness.family
+
+    real_load = fitness.family.load_family
+
+    def edited_family(*args, **kwargs):
+        fam = real_load(*args, **kwargs)
+        real_render = fam.render
+        fam.render = lambda genome: real_render(genome) + "\n// edited after the run\n"
+        return fam
+
+    monkeypatch.setattr(fitness.family, "load_family", edited_family)
+    with pytest.raises(ExportError, match="the source rendered now is not the one the judge compiled"):
+        export_run(RUN, tmp_path / "pkg")

@@ -754,9 +754,9 @@ def test_export_refuses_when_the_template_no_longer_renders_the_judged_kernel(tm
     real_load = fitness.family.load_family
 
     def edited_family(*args, **kwargs):
-        fam = real_load(*args, **kwargs)
+        fam = real_load(*args, **kwargs)     # may be a cached instance: patched through monkeypatch
         real_render = fam.render
-        fam.render = lambda genome: real_render(genome) + "\n// edited after the run\n"
+        monkeypatch.setattr(fam, "render", lambda genome: real_render(genome) + "\n// edited after the run\n")
         return fam
 
     monkeypatch.setattr(fitness.family, "load_family", edited_family)

@@ -100,7 +100,36 @@ def print_status(path: str | Path) -> int:
     if best:
         print(f"  best {metric} = {best.fitness(metric):.6g}  key {best.key}  ({best.stage}, generation {best.generation})")
         print(f"  genome: {dict(best.evaluation.genome)}")
+    for line in search_aids(records, metric):
+        print(f"  {line}")
     return 0
+
+
+def search_aids(records, metric: str) -> list[str]:
+    """What search.carry_seeds and search.ga.screen did in a run, from its records: how many
+    seeds were carried, and the children kept by the screening model vs at random, with the
+    median of the metric of each (failed ones count as missing). Empty when neither was used."""
+    import statistics
+
+    lines = []
+    carried = sum(1 for r in records if "carried_from" in r.evaluation.artifacts)
+    if carried:
+        lines.append(f"carried seeds: {carried} (answered from their earlier verdicts, no GPU time)")
+    groups: dict[str, list[float | None]] = {}
+    for r in records:
+        _, at, how = r.operator.rpartition("@")
+        if at and how in ("model", "explore"):
+            groups.setdefault(how, []).append(r.fitness(metric))
+    if groups:
+        parts = []
+        for how in ("model", "explore"):
+            vals = groups.get(how, [])
+            ok = [v for v in vals if v is not None]
+            med = f"median {metric} {statistics.median(ok):.4g}" if ok else "none verified"
+            parts.append(f"{len(vals)} kept by {'the model' if how == 'model' else 'chance'} ({med}, "
+                         f"{len(vals) - len(ok)} failed)")
+        lines.append("screened children: " + "; ".join(parts))
+    return lines
 
 
 def dump_run(path: str | Path, out: str | Path) -> int:

@@ -64,6 +64,10 @@ def test_accepted_seeds_are_carried_not_judged(synthetic_space, synthetic_table)
     assert run.carry_log == [(g.key, "") for g in seeds]
     # the other 24 were judged, as usual
     assert len(judge.judged) == 24 and all("carried_from" not in r.evaluation.artifacts for r in records[6:])
+    from evo.session import search_aids
+
+    assert search_aids(records, "geomean_speedup") == [
+        "carried seeds: 6 (answered from their earlier verdicts, no GPU time)"]
 
 
 def test_refused_evidence_is_judged_again_and_the_reason_kept(synthetic_space, synthetic_table):

@@ -219,3 +219,14 @@ def test_an_interrupted_screened_run_resumes_to_the_same_records(synthetic_space
     assert lineage(store, "b") == lineage(straight, "a") and len(lineage(store, "b")) == 72
     assert any(op.endswith("@model") for _, _, op, _ in lineage(store, "b"))
     assert sum(op.endswith("@model") for _, g, op, _ in lineage(store, "b") if g == 0) == 6   # prior-trained
+
+
+def test_status_says_what_screening_and_carrying_did(synthetic_space, synthetic_table):
+    from evo.session import search_aids
+
+    run, store = _run(synthetic_space, synthetic_table, 5, 64, population=16, offspring=16, screen=4)
+    lines = search_aids(store.records("r"), "geomean_speedup")
+    assert len(lines) == 1 and lines[0].startswith("screened children: 36 kept by the model (median geomean_speedup ")
+    assert "; 12 kept by chance (median" in lines[0]
+    plain, pstore = _run(synthetic_space, synthetic_table, 5, 64, population=16, offspring=16)
+    assert search_aids(pstore.records("r"), "geomean_speedup") == []

@@ -37,14 +37,20 @@ def load_evidence(cfg: Config, source: str, space: GeneSpace, **kw) -> ReplayEva
     return ReplayEvaluator.from_file(src, space=space, **kw)
 
 
-def seed_genomes(cfg: Config, space: GeneSpace) -> list:
+def seed_evidence(cfg: Config, space: GeneSpace) -> ReplayEvaluator | None:
+    """The recording `search.seed_from` names, loaded once for seed_genomes, prior_evaluations
+    and carried_evaluations (a dump of a GPU run is a few MB); None without seed_from."""
+    return load_evidence(cfg, cfg.search.seed_from, space) if cfg.search.seed_from else None
+
+
+def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None = None) -> list:
     """Verified genomes of `search.seed_from` that are valid in today's space, at most one
     population's worth: what an earlier run learned starts this one. With search.seed_champions,
     first the fastest genome of every benchmark case (in case order; a dispatch table's genomes),
     then the rest best first by the metric."""
     if not cfg.search.seed_from:
         return []
-    evidence = load_evidence(cfg, cfg.search.seed_from, space)
+    evidence = evidence if evidence is not None else seed_evidence(cfg, space)
     metric = cfg.objective.metric
     scored = sorted((e for e in evidence.evaluations() if e.fitness(metric) is not None and e.space == space.name),
                     key=lambda e: (-e.fitness(metric), e.key))
@@ -70,26 +76,28 @@ def seed_genomes(cfg: Config, space: GeneSpace) -> list:
     return out
 
 
-def prior_evaluations(cfg: Config, space: GeneSpace) -> list[tuple[Genome, float | None]]:
+def prior_evaluations(cfg: Config, space: GeneSpace,
+                      evidence: ReplayEvaluator | None = None) -> list[tuple[Genome, float | None]]:
     """(genome, fitness) of every evaluation of `search.seed_from` valid in today's space, for the
     GA's screening model (search.ga.screen > 1 with screen_history); empty otherwise. Failed
     evaluations come with fitness None (the model leaves them out)."""
     ga = cfg.search.ga
     if not cfg.search.seed_from or cfg.search.strategy != "ga" or ga.screen <= 1 or not ga.screen_history:
         return []
-    evidence = load_evidence(cfg, cfg.search.seed_from, space)
+    evidence = evidence if evidence is not None else seed_evidence(cfg, space)
     return [(space.make(e.genome), e.fitness(cfg.objective.metric)) for e in evidence.evaluations()
             if e.space == space.name and space.is_valid(e.genome)]
 
 
-def carried_evaluations(cfg: Config, space: GeneSpace) -> dict[str, Evaluation]:
+def carried_evaluations(cfg: Config, space: GeneSpace,
+                        evidence: ReplayEvaluator | None = None) -> dict[str, Evaluation]:
     """search.carry_seeds: the seed_from evaluations a run may answer its seeds from (the GPU
     judge still decides, per evaluation, whether it is what it would measure now; see
     Evaluator.accepts_evidence). Empty without carry_seeds or with a replay evaluator (a replay
     answers every genome from its recording anyway)."""
     if not cfg.search.carry_seeds or not cfg.search.seed_from or cfg.evaluator.kind != "gpu":
         return {}
-    evidence = load_evidence(cfg, cfg.search.seed_from, space)
+    evidence = evidence if evidence is not None else seed_evidence(cfg, space)
     return {e.key: e for e in evidence.evaluations() if e.space == space.name and space.is_valid(e.genome)}
 
 

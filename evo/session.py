@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from pathlib import Path
 
 from genomes import load_space
 from evo.config import Config
-from evo.evaluators import build_evaluator, carried_evaluations, check_environment, prior_evaluations, seed_genomes
+from evo.evaluators import (build_evaluator, carried_evaluations, check_environment, prior_evaluations, seed_evidence,
+                            seed_genomes)
 from evo.progress import ProgressBar
 from evo.rundir import RunDir, create_run_dir, open_run_dir
 from evo.run import Run, RunSummary, new_run_info
@@ -26,10 +28,11 @@ def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
         except KeyError:
             store.create_run(new_run_info(cfg, rd.run_id))
         bar = ProgressBar(cfg.budget.evaluations, cfg.objective.metric, enabled=cfg.output.progress and not quiet)
+        evidence = seed_evidence(cfg, space)
         with build_evaluator(cfg, space) as evaluator:
             run = Run(cfg, space, store, evaluator, rd.run_id, optuna_storage=rd.optuna_storage,
-                      seeds=seed_genomes(cfg, space), prior=prior_evaluations(cfg, space),
-                      carried=carried_evaluations(cfg, space), on_progress=bar)
+                      seeds=seed_genomes(cfg, space, evidence), prior=prior_evaluations(cfg, space, evidence),
+                      carried=carried_evaluations(cfg, space, evidence), on_progress=bar)
             try:
                 return run.optimize()
             finally:
@@ -109,8 +112,6 @@ def search_aids(records, metric: str) -> list[str]:
     """What search.carry_seeds and search.ga.screen did in a run, from its records: how many
     seeds were carried, and the children kept by the screening model vs at random, with the
     median of the metric of each (failed ones count as missing). Empty when neither was used."""
-    import statistics
-
     lines = []
     carried = sum(1 for r in records if "carried_from" in r.evaluation.artifacts)
     if carried:

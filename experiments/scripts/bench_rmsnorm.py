@@ -106,16 +106,22 @@ def table_row(key, cr, tuned=None) -> dict:
     for name in BASELINES:
         base = b.get(name)
         row[f"speedup_vs_{name}"] = (base / cr.time_us) if base and cr.time_us else None
+    return with_tuned_pass(row, tuned)
+
+
+def with_tuned_pass(row: dict, tuned: dict | None) -> dict:
+    """The row's QuACK figures with a tuned pass (or without one): speedup_vs_quack_tuned from the
+    tuned pass's own evolved and tuned times, speedup_vs_quack = the faster QuACK path (the lower
+    ratio), quack_us = that path's time on the main pass's scale."""
     if tuned is not None:
         row["tuned_pass"] = tuned
         if tuned.get("quack_tuned_us") and tuned.get("evolved_us"):
             row["quack_tuned_us"] = tuned["quack_tuned_us"]
             row["speedup_vs_quack_tuned"] = tuned["quack_tuned_us"] / tuned["evolved_us"]
-    paths = [v for v in (row["speedup_vs_quack"], row["speedup_vs_quack_tuned"]) if v]
-    row["speedup_vs_quack"] = min(paths) if paths else None      # the faster QuACK path
-    # the QuACK time shown beside the evolved time: the one the headline ratio came from, scaled
-    # to the main pass when it was the tuned pass's
-    row["quack_us"] = (row["speedup_vs_quack"] * cr.time_us) if row["speedup_vs_quack"] and cr.time_us else None
+    plain = row["quack_plain_us"] / row["evolved_us"] if row.get("quack_plain_us") and row.get("evolved_us") else None
+    paths = [v for v in (plain, row.get("speedup_vs_quack_tuned")) if v]
+    row["speedup_vs_quack"] = min(paths) if paths else None
+    row["quack_us"] = row["speedup_vs_quack"] * row["evolved_us"] if row["speedup_vs_quack"] and row.get("evolved_us") else None
     return row
 
 
@@ -222,15 +228,8 @@ def merge_tuned(summary: dict, others: list[dict]) -> dict:
             if o["genome_key"] != r["genome_key"]:
                 raise SystemExit(f"--merge-tuned: {o['dtype']}/{o['M']}x{o['N']} was timed with genome "
                                  f"{o['genome_key']}, the table has {r['genome_key']}: not the same dispatch table")
-            r["tuned_pass"] = tp
             r["tuned_pass_command"] = other.get("command")
-            if tp.get("quack_tuned_us") and tp.get("evolved_us"):
-                r["quack_tuned_us"] = tp["quack_tuned_us"]
-                r["speedup_vs_quack_tuned"] = tp["quack_tuned_us"] / tp["evolved_us"]
-            plain = r["quack_plain_us"] / r["evolved_us"] if r.get("quack_plain_us") and r.get("evolved_us") else None
-            paths = [v for v in (plain, r.get("speedup_vs_quack_tuned")) if v]
-            r["speedup_vs_quack"] = min(paths) if paths else None
-            r["quack_us"] = r["speedup_vs_quack"] * r["evolved_us"] if r["speedup_vs_quack"] else None
+            with_tuned_pass(r, tp)
             merged.append(f"{o['dtype']}/{o['M']}x{o['N']}")
         summary.setdefault("tuned_commands", []).append(other.get("command"))
     summary["tuned_cases"] = sorted(set(summary.get("tuned_cases", [])) | set(merged))

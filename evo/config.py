@@ -118,6 +118,11 @@ class SearchSection:
     carry_seeds: bool = _f(False, doc="a seed whose seed_from evaluation is what the GPU judge would measure now "
                                       "(same device, driver, toolkit, cases, baseline; verified) is answered from it "
                                       "instead of judged again; the record says where it came from")
+    seed_variants: dict = _f(factory=dict, doc="[search.seed_variants] gene = [values]: each seed also starts the "
+                                              "population with one of these genes changed to each listed value "
+                                              "(where valid), judged in full beside its carried parent: how a gene "
+                                              "added to the space reaches the genomes that already win")
+    seed_variants_of: int = _f(0, min=0, doc="only the first this many seeds get variants (0: every seed)")
     init_within: dict = _f(factory=dict, doc="[search.init_within] gene = [values]: the random genomes of the first "
                                             "population are drawn from this region (mutation then explores the "
                                             "whole space), e.g. staging = ['smem_async', 'smem_bulk']")
@@ -293,6 +298,9 @@ def _cross_checks(cfg: Config) -> list[str]:
     if cfg.search.carry_seeds and not cfg.search.seed_from:
         problems.append("search.carry_seeds: there is nothing to carry without search.seed_from; set seed_from "
                         "or remove carry_seeds")
+    if cfg.search.seed_variants and not cfg.search.seed_from:
+        problems.append("search.seed_variants: variants are made of seeds; set search.seed_from or remove "
+                        "[search.seed_variants]")
     if cfg.search.init_within and cfg.search.strategy != "ga":
         problems.append(f"search.init_within: only search.strategy = 'ga' draws a first population from a region "
                         f"(strategy is {cfg.search.strategy!r}); remove [search.init_within]")

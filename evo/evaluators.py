@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 from fitness.evaluator import Evaluator
@@ -73,6 +74,30 @@ def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None
             break
         if space.is_valid(e.genome):
             out.append(space.make(e.genome))
+    return out + seed_variants(cfg, space, out, room=cfg.search.ga.population * cfg.search.ga.islands - len(out))
+
+
+def seed_variants(cfg: Config, space: GeneSpace, seeds: Sequence[Genome], room: int) -> list[Genome]:
+    """search.seed_variants: the seeds (the first seed_variants_of) with one gene changed to each
+    listed value, in seed order, skipping invalid and duplicate genomes, at most `room` of them.
+    A gene new to the space otherwise reaches the winning genomes only by chance mutations."""
+    if not cfg.search.seed_variants or room <= 0:
+        return []
+    base = list(seeds[:cfg.search.seed_variants_of] if cfg.search.seed_variants_of else seeds)
+    seen = {g.key for g in seeds}
+    out: list[Genome] = []
+    for g in base:
+        for name, values in cfg.search.seed_variants.items():
+            for value in values:
+                changed = {**dict(g), name: value}
+                if changed == dict(g) or not space.is_valid(changed):
+                    continue
+                v = space.make(changed)
+                if v.key not in seen:
+                    seen.add(v.key)
+                    out.append(v)
+                if len(out) == room:
+                    return out
     return out
 
 
@@ -121,15 +146,17 @@ def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:
 
 
 def region_problems(cfg: Config, space: GeneSpace) -> list[str]:
-    """search.init_within checked against the gene space: one line per unknown gene or value."""
+    """search.init_within and search.seed_variants checked against the gene space: one line per
+    unknown gene or value."""
     from genomes.genes import GeneError
 
     problems = []
-    for name, values in cfg.search.init_within.items():
-        try:
-            space.region({name: values})
-        except GeneError as exc:
-            problems.append(f"search.init_within.{name}: {exc}")
+    for section, table in (("init_within", cfg.search.init_within), ("seed_variants", cfg.search.seed_variants)):
+        for name, values in table.items():
+            try:
+                space.region({name: values})
+            except GeneError as exc:
+                problems.append(f"search.{section}.{name}: {exc}")
     if not problems and cfg.search.init_within:
         try:
             space.sample(random.Random(cfg.experiment.seed), within=cfg.search.init_within)

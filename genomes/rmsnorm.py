@@ -62,12 +62,16 @@ def register_demand(v: Mapping[str, Any]) -> int:
     """A conservative estimate of the registers a genome's kernels need (worst entry: 16-bit x with
     fp32 weight, whose weight takes twice the registers of x)."""
     words = v["chunks"] * v["vec_bytes"] // 4           # 32-bit words of x one thread holds
+    # weight_batch (space v3): the weight (twice the words of x for 16-bit x), and for the
+    # overflow re-read x too, of that many vectors held at once in an output pass
+    wb = v.get("weight_batch", 1)
+    batch = 0 if wb <= 1 else wb * v["vec_bytes"] // 4 * (2 + (v["staging"] == "regs"))
     if v["staging"] == "regs":
         held = words * v["stages"] + (2 * words if v["weight_regs"] or v["weight_early"] else 0)
-        return BASE_REGISTERS["regs_persistent" if v["persistent"] else "regs"] + held
+        return BASE_REGISTERS["regs_persistent" if v["persistent"] else "regs"] + held + batch
     if v["staging"] == "smem_sync":
-        return BASE_REGISTERS["smem_sync"] + words
-    return BASE_REGISTERS["async"]
+        return BASE_REGISTERS["smem_sync"] + words + batch
+    return BASE_REGISTERS["async"] + batch
 
 
 SPACE_V1 = GeneSpace(
@@ -229,9 +233,28 @@ SPACE_V2 = GeneSpace(
     constraints=SPACE_V1.constraints + (GRID_FIT_ONLY_PERSISTENT,),
 )
 
+#: v3 (session 4's SASS finding, results/NOTES.md): output passes may issue the loads of several
+#: vectors before writing any (the loads and stores are asm volatile, so the compiler keeps their
+#: order: with one vector at a time a warp has a single L2 round trip in flight while it writes).
+WEIGHT_BATCH = PowerOfTwo("weight_batch", low=1, high=8, group="pipeline", legacy=1,
+                          doc="output passes: the weight loads (and, for the regs overflow re-read, the "
+                              "x loads) of this many vectors are issued before any of them is normalized "
+                              "and stored (1: one vector at a time, the order before v3)")
+WEIGHT_BATCH_NEEDS_LOADS = implies("weight_batch_needs_weight_loads", ("weight_batch", "weight_regs", "weight_early"),
+                                   lambda v: v["weight_batch"] > 1,
+                                   lambda v: not (v["weight_regs"] or v["weight_early"]),
+                                   "with the weight already in registers (weight_regs / weight_early) there "
+                                   "is nothing to batch unless rows overflow; weight_batch = 1 there")
+_AT3 = SPACE_V2.names.index("weight_early") + 1
+SPACE_V3 = GeneSpace(
+    name="rmsnorm", doc=SPACE_V1.doc,
+    genes=SPACE_V2.genes[:_AT3] + (WEIGHT_BATCH,) + SPACE_V2.genes[_AT3:],
+    constraints=SPACE_V2.constraints + (WEIGHT_BATCH_NEEDS_LOADS,),
+)
+
 #: every version of the space, and the latest (what a new run uses)
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2}
-SPACE = SPACE_V2
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3}
+SPACE = SPACE_V3
 
 #: A genome that handles every case of the benchmark matrices (regs staging re-reads what does
 #: not fit; cluster 8 spreads the longest rows), used as the sanity default and in tests.

@@ -112,3 +112,34 @@ def test_ga_without_a_region_samples_the_whole_space(synthetic_space):
                           make_config(search={"ga": {"population": 24, "offspring": 4}}).search.ga)
     init = ga.ask()
     assert len({c.genome["cluster"] for c in init}) == 3
+
+
+def test_seed_variants_change_one_gene_of_each_seed_and_fill_the_room(synthetic_space, synthetic_table):
+    cfg = make_config(search={"seed_from": str(synthetic_table.source), "seed_limit": 3,
+                              "seed_variants": {"unroll": [1, 4]}, "seed_variants_of": 2,
+                              "ga": {"population": 8, "offspring": 8}})
+    seeds = seed_genomes(cfg, synthetic_space)
+    plain = seeds[:3]
+    variants = seeds[3:]
+    expected = []
+    for g in plain[:2]:
+        for u in (1, 4):
+            changed = {**dict(g), "unroll": u}
+            if changed != dict(g) and synthetic_space.is_valid(changed):
+                expected.append(synthetic_space.make(changed).key)
+    seed_keys = {g.key for g in plain}      # a variant that is already a seed is not repeated
+    assert [v.key for v in variants] == [k for k in dict.fromkeys(expected) if k not in seed_keys]
+    assert len(variants) == 3
+    for v in variants:      # exactly one gene differs from one of the first two seeds
+        assert any(sum(dict(v)[k] != dict(g)[k] for k in dict(g)) == 1 for g in plain[:2])
+    room = make_config(search={"seed_from": str(synthetic_table.source), "seed_limit": 3,
+                               "seed_variants": {"unroll": [1, 2, 3, 4]}, "ga": {"population": 4, "offspring": 4}})
+    assert len(seed_genomes(room, synthetic_space)) == 4          # never more than a population
+
+
+def test_seed_variants_are_checked_against_the_space_and_need_seeds():
+    with pytest.raises(ConfigError) as info:
+        check_environment(make_config(search={"seed_from": "x.json", "seed_variants": {"unroll": [9]}}))
+    assert "search.seed_variants.unroll: gene 'unroll': 9 is not one of [1, 2, 3, 4]" in str(info.value)
+    with pytest.raises(ConfigError, match="search.seed_variants: variants are made of seeds"):
+        make_config(search={"seed_variants": {"unroll": [2]}})

@@ -34,6 +34,7 @@ from fitness import dtypes
 from fitness.family import Case, Launch, import_sibling
 from genomes import Genome
 from genomes.rmsnorm import DEFAULT, SPACE
+from fitness.template_regions import select_regions
 
 op = import_sibling(__file__, "operation")
 
@@ -198,7 +199,7 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
     ldw, ldw_pol = _WEIGHT[g["weight_cache"]]
     sty, sty_pol = _STORE[g["store_cache"]]
     q = lambda s: f'"{s}"'  # noqa: E731
-    return {
+    out = {
         "RMS_VEC_BYTES": str(g["vec_bytes"]),
         "RMS_CHUNKS": str(g["chunks"]),
         "RMS_CTA_THREADS": str(g["cta_threads"]),
@@ -221,6 +222,10 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         "RMS_CPASYNC": q(cp), "RMS_CPASYNC_POL": str(cp_pol),
         "RMS_BULK_POL": "1" if ef else "0",
     }
+    # genes added later are defined only away from their legacy value (see render)
+    if g.get("weight_batch", 1) != 1:
+        out["RMS_WBATCH"] = str(g["weight_batch"])
+    return out
 
 
 class RMSNormFamily(op.RMSNormOperation):
@@ -247,7 +252,15 @@ class RMSNormFamily(op.RMSNormOperation):
             for c in clusters:
                 attr = "" if c == 1 else f"__cluster_dims__({c}, 1, 1)"
                 entries.append(f"RMS_ENTRY({entry_name(xd, wd, c)}, {_CTYPE[xd]}, {_CTYPE[wd]}, {c}, {attr})")
-        return "\n".join(head) + "\n\n" + TEMPLATE.read_text() + "\n" + "\n".join(entries) + "\n"
+        body = select_regions(TEMPLATE.read_text(), self._at_legacy(g), where=TEMPLATE.name)
+        return "\n".join(head) + "\n\n" + body + "\n" + "\n".join(entries) + "\n"
+
+    @staticmethod
+    def _at_legacy(g: Genome) -> dict[str, bool]:
+        """Whether the genome holds each later-added gene's legacy value (a gene its space lacks,
+        e.g. weight_batch for a v2 genome, is at its legacy value by definition)."""
+        return {gene.name: g.get(gene.name, gene.legacy) == gene.legacy
+                for gene in SPACE.genes if gene.legacy is not None}
 
     def geometry(self, genome: Mapping[str, Any], case: Case) -> Geometry | None:
         dt, _ = _case_dtypes(case)

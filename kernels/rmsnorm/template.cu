@@ -19,6 +19,13 @@
 //   RMS_VEC_BYTES 8|16|32  RMS_CHUNKS 1..8  RMS_CTA_THREADS  RMS_MIN_BLOCKS  RMS_MAXRREG
 //   RMS_PERSISTENT 0|1  RMS_STAGES 1|2  RMS_UNROLL  RMS_STAGING 0 regs|1 smem_sync|2 smem_async|3 bulk
 //   RMS_WEIGHT_REGS  RMS_WEIGHT_EARLY  RMS_RSQRT 0 approx|1 newton|2 precise  RMS_CLUSTER_REDUCE 0 st_async|1 barrier
+//@ Regions (fitness/template_regions.py) keep code of genes added later out of what genomes at the gene's
+//@ legacy value render, so their sources (compile keys, carried evidence, exported packages) stay
+//@ byte for byte those of the session that judged them.
+//@ RMS_WBATCH 2|4|8 (weight_batch, space v3; absent = 1): output passes issue the loads of this many
+//@ vectors (weight; x too where it is re-read from global) before normalizing and storing any of
+//@ them. Every load and store is an asm volatile, which the compiler never reorders among
+//@ themselves, so one vector at a time leaves a warp one L2 round trip in flight per vector written.
 //   PTX qualifier strings: RMS_LDX_MAIN, RMS_LDX_OVF1, RMS_LDX_OVF2 (x loads: main / overflow first
 //   pass / overflow re-read), RMS_LDW (weight), RMS_STY (y), RMS_CPASYNC, each with a *_POL policy
 //   selector (0 none, 1 L2 evict_first, 2 L2 evict_last: appended ", policy" operand).
@@ -35,6 +42,9 @@
 #define RMS_RMAX (RMS_CTA_THREADS / 32 > 0 ? RMS_CTA_THREADS / 32 : 1)
 #define RMS_FULL 0xffffffffu
 constexpr int kUnroll = RMS_UNROLL;   // #pragma unroll does not expand macros
+//@weight_batch new
+constexpr int kWB = RMS_WBATCH;       // vectors whose loads are issued together in output passes
+//@weight_batch end
 
 struct bf16_t { unsigned short bits; };
 struct fp16_t { unsigned short bits; };
@@ -445,6 +455,7 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
     const float rs = rms_rsqrt(fmaf(ss, inv_n, eps));
     if (rstd != nullptr && ok && t == 0 && rank == 0) rstd[row] = rs;
     // output from registers
+//@weight_batch legacy
 #pragma unroll
     for (int k = 0; k < K; ++k)
 #pragma unroll
@@ -462,7 +473,47 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
           st_y<PW>(yr + (size_t)pk * PB, yw, pol);
         }
       }
+//@weight_batch new
+#if RMS_WEIGHT_REGS || RMS_WEIGHT_EARLY
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+      for (int q = 0; q < PPV; ++q) {
+        const int pk = (t + k * TPR) * PPV + q;
+        if (ok && pk < npk) {
+          uint32_t yw[PW];
+          P::norm(&xv[k][q * PW], wv[k][q], rs, yw);
+          st_y<PW>(yr + (size_t)pk * PB, yw, pol);
+        }
+      }
+#else
+    // the weight of kWB register vectors is loaded before any of them is written
+#pragma unroll
+    for (int k0 = 0; k0 < K; k0 += kWB) {
+      uint32_t wb[kWB][PPV][WPW];
+#pragma unroll
+      for (int u = 0; u < kWB; ++u)
+#pragma unroll
+        for (int q = 0; q < PPV; ++q) {
+          const int pk = (t + (k0 + u) * TPR) * PPV + q;
+          if (k0 + u < K && ok && pk < npk) ld_w<WPW>(wb[u][q], ws + (size_t)pk * WPB, pol);
+        }
+#pragma unroll
+      for (int u = 0; u < kWB; ++u)
+#pragma unroll
+        for (int q = 0; q < PPV; ++q) {
+          const int pk = (t + (k0 + u) * TPR) * PPV + q;
+          if (k0 + u < K && ok && pk < npk) {
+            uint32_t yw[PW];
+            P::norm(&xv[k0 + u < K ? k0 + u : 0][q * PW], wb[u][q], rs, yw);
+            st_y<PW>(yr + (size_t)pk * PB, yw, pol);
+          }
+        }
+    }
+#endif
+//@weight_batch end
     // overflow, second pass: re-read x
+//@weight_batch legacy
     if (ok) {
 #pragma unroll kUnroll
       for (int j = jo; j < nvs; j += TPR) {
@@ -479,6 +530,35 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
         }
       }
     }
+//@weight_batch new
+    if (ok) {
+#pragma unroll kUnroll
+      for (int j0 = jo; j0 < nvs; j0 += kWB * TPR) {
+        uint32_t xb[kWB][PPV][PW], wb[kWB][PPV][WPW];
+#pragma unroll
+        for (int u = 0; u < kWB; ++u)
+#pragma unroll
+          for (int q = 0; q < PPV; ++q) {
+            const int pk = (j0 + u * TPR) * PPV + q;
+            if (j0 + u * TPR < nvs && pk < npk) {
+              ld_x_ovf2<PW>(xb[u][q], xr + (size_t)pk * PB, pol);
+              ld_w<WPW>(wb[u][q], ws + (size_t)pk * WPB, pol);
+            }
+          }
+#pragma unroll
+        for (int u = 0; u < kWB; ++u)
+#pragma unroll
+          for (int q = 0; q < PPV; ++q) {
+            const int pk = (j0 + u * TPR) * PPV + q;
+            if (j0 + u * TPR < nvs && pk < npk) {
+              uint32_t yw[PW];
+              P::norm(xb[u][q], wb[u][q], rs, yw);
+              st_y<PW>(yr + (size_t)pk * PB, yw, pol);
+            }
+          }
+      }
+    }
+//@weight_batch end
 #if RMS_STAGES == 2
 #pragma unroll
     for (int k = 0; k < K; ++k)
@@ -646,6 +726,7 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
     const float ss = reduce(a0 + a1, it);
     const float rs = rms_rsqrt(fmaf(ss, inv_n, eps));
     if (rstd != nullptr && ok && t == 0 && rank == 0) rstd[row] = rs;
+//@weight_batch legacy
     if (ok) {
 #pragma unroll kUnroll
       for (int j = t; j < nvs; j += TPR) {
@@ -668,6 +749,40 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
         }
       }
     }
+//@weight_batch new
+    if (ok) {
+      // the weight of kWB vectors is loaded before any of them is written
+#pragma unroll kUnroll
+      for (int j0 = t; j0 < nvs; j0 += kWB * TPR) {
+        uint32_t wb[kWB][PPV][WPW];
+#pragma unroll
+        for (int u = 0; u < kWB; ++u)
+#pragma unroll
+          for (int q = 0; q < PPV; ++q) {
+            const int pk = (j0 + u * TPR) * PPV + q;
+            if (j0 + u * TPR < nvs && pk < npk) ld_w<WPW>(wb[u][q], ws + (size_t)pk * WPB, pol);
+          }
+#pragma unroll
+        for (int u = 0; u < kWB; ++u)
+#pragma unroll
+          for (int q = 0; q < PPV; ++q) {
+            const int pk = (j0 + u * TPR) * PPV + q;
+            if (j0 + u * TPR < nvs && pk < npk) {
+              uint32_t v[PW], yw[PW];
+              if constexpr (PW == 4) {
+                const uint4 x4 = *(const uint4*)(b + pk * PB);
+                v[0] = x4.x; v[1] = x4.y; v[2] = x4.z; v[3] = x4.w;
+              } else {
+                const uint2 x2 = *(const uint2*)(b + pk * PB);
+                v[0] = x2.x; v[1] = x2.y;
+              }
+              P::norm(v, wb[u][q], rs, yw);
+              st_y<PW>(yr + (size_t)pk * PB, yw, pol);
+            }
+          }
+      }
+    }
+//@weight_batch end
   }
 #endif
   (void)ncl; (void)it;

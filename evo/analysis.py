@@ -149,6 +149,24 @@ def _nan(value: Any) -> Any:
     return math.nan if value is None else value
 
 
+def _run_genes(info: RunInfo, records: Sequence[Record]) -> tuple[list[str], dict[str, Any]]:
+    """The gene columns in the order of the run's gene space (`[experiment] space_version`), and
+    the legacy value of each gene added to it later: a genome recorded before a gene existed (a
+    seed carried from an earlier session) holds that value. Without the space (an unknown family),
+    the genes the records name, in order of appearance."""
+    seen = _ordered(k for r in records for k in r.evaluation.genome)
+    try:
+        from genomes import load_space
+
+        version = (info.config.get("experiment") or {}).get("space_version") or None
+        space = load_space(info.family, version) if version else load_space(info.family)
+    except Exception:  # noqa: BLE001 - frames of a family this checkout lacks still load
+        return seen, {}
+    names = list(space.names)
+    legacy = {g.name: g.legacy for g in space.genes if g.legacy is not None}
+    return names + [k for k in seen if k not in names], legacy
+
+
 def frames_from_records(info: RunInfo, records: Sequence[Record]) -> RunFrames:
     """The frames of a run from its RunInfo and records (in append order)."""
     objective = dict(info.config.get("objective") or {})
@@ -157,7 +175,7 @@ def frames_from_records(info: RunInfo, records: Sequence[Record]) -> RunFrames:
     records = tuple(records)
 
     objectives = _ordered(k for r in records for k in r.evaluation.objectives)
-    genes = _ordered(k for r in records for k in r.evaluation.genome)
+    genes, legacy = _run_genes(info, records)
     baselines = sorted({b for r in records for c in r.evaluation.cases for b in c.baselines_us})
 
     rows = []
@@ -171,7 +189,7 @@ def frames_from_records(info: RunInfo, records: Sequence[Record]) -> RunFrames:
         for name in objectives:
             row[f"obj.{name}"] = _nan(ev.objectives.get(name))
         for name in genes:
-            row[f"gene.{name}"] = ev.genome.get(name)
+            row[f"gene.{name}"] = ev.genome.get(name, legacy.get(name))
         row.update(device=ev.device, toolkit=ev.toolkit, started_at=ev.started_at, finished_at=ev.finished_at,
                    duration_s=ev.duration_s, gpu_seconds=_float_artifact(ev.artifacts, "gpu_seconds"),
                    copy_ceiling_tbps=_float_artifact(ev.artifacts, "copy_ceiling_tbps"), message=ev.message)

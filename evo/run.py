@@ -214,7 +214,7 @@ class Run:
             if why:
                 left.append(c)
             else:
-                carried.append(self._record(stage, c, _carried(ev, self.cfg.search.seed_from)))
+                carried.append(self._record(stage, c, _carried(ev, self.cfg.search.seed_from, c.genome)))
         if carried:
             self.store.update_run(self.run_id, elapsed_s=self.elapsed_s)
             if self.on_progress:
@@ -306,13 +306,14 @@ def new_run_info(cfg: Config, run_id: str) -> RunInfo:
 
 
 
-def _carried(evaluation: Evaluation, source: str) -> Evaluation:
+def _carried(evaluation: Evaluation, source: str, genome: Genome) -> Evaluation:
     """An earlier verdict answering a seed (search.carry_seeds): the same evidence, marked with
-    where it came from; it cost this run no GPU time."""
+    where it came from; it cost this run no GPU time. The genome is written as this run's space
+    spells it (genes added since at their legacy values; same key, same rendered source)."""
     arts = dict(evaluation.artifacts)
     arts["carried_from"] = source
     if "gpu_seconds" in arts:
         arts["carried_gpu_seconds"] = arts["gpu_seconds"]
     arts["gpu_seconds"] = 0.0
-    return dataclasses.replace(evaluation, artifacts=arts,
+    return dataclasses.replace(evaluation, artifacts=arts, genome=dict(genome),
                                message=f"{evaluation.message} (carried from {source})".strip())

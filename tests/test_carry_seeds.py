@@ -107,7 +107,8 @@ class StandInPool:
 
 @pytest.fixture(scope="module")
 def recorded():
-    data = json.loads((REPO / "results" / "rmsnorm_fwd_h200_run.json").read_text())
+    # session 4's run (frozen): it has verified, hopeless-truncated and unsupported evidence
+    data = json.loads((REPO / "results" / "session4" / "rmsnorm_fwd_h200_run.json").read_text())
     return [Evaluation.from_dict(e) for e in data["evaluations"]]
 
 
@@ -156,3 +157,18 @@ def test_the_gpu_judge_refuses_what_it_would_not_measure_the_same(recorded, comp
         assert judge.accepts_evidence(swapped).startswith("kernel source differs")
     with _judge(full.device, compiler, matrix="quack+models:bf16") as judge:
         assert "was not measured" in judge.accepts_evidence(full)
+
+
+def test_a_carried_verdict_is_recorded_in_the_runs_spelling_of_the_genome(recorded):
+    """Session 4's genomes (space v2) carried into a v3 run: the record holds weight_batch = 1 (its
+    legacy value), the same key, and says where the verdict came from."""
+    from evo.run import _carried
+    from genomes.rmsnorm import SPACE_V3
+
+    ev = next(e for e in recorded if e.status is Status.OK)
+    assert "weight_batch" not in ev.genome
+    g = SPACE_V3.make(ev.genome)
+    out = _carried(ev, "../results/session4/rmsnorm_fwd_h200_run.json", g)
+    assert out.genome["weight_batch"] == 1 and SPACE_V3.make(out.genome).key == ev.key == g.key
+    assert out.artifacts["carried_from"].endswith("session4/rmsnorm_fwd_h200_run.json")
+    assert out.artifacts["gpu_seconds"] == 0.0 and out.cases == ev.cases

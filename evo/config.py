@@ -123,6 +123,10 @@ class SearchSection:
                                               "(where valid), judged in full beside its carried parent: how a gene "
                                               "added to the space reaches the genomes that already win")
     seed_variants_of: int = _f(0, min=0, doc="only the first this many seeds get variants (0: every seed)")
+    seed_variants_relax: dict = _f(factory=dict, doc="[search.seed_variants_relax] gene = [values]: a variant the "
+                                                    "constraints reject is tried again with one of these genes set "
+                                                    "to each listed value in turn (e.g. maxrreg = [0]: lift a register "
+                                                    "cap the new gene does not fit); the first valid one is kept")
     init_within: dict = _f(factory=dict, doc="[search.init_within] gene = [values]: the random genomes of the first "
                                             "population are drawn from this region (mutation then explores the "
                                             "whole space), e.g. staging = ['smem_async', 'smem_bulk']")
@@ -298,6 +302,8 @@ def _cross_checks(cfg: Config) -> list[str]:
     if cfg.search.carry_seeds and not cfg.search.seed_from:
         problems.append("search.carry_seeds: there is nothing to carry without search.seed_from; set seed_from "
                         "or remove carry_seeds")
+    if cfg.search.seed_variants_relax and not cfg.search.seed_variants:
+        problems.append("search.seed_variants_relax: it relaxes seed variants; set [search.seed_variants] or remove it")
     if cfg.search.seed_variants and not cfg.search.seed_from:
         problems.append("search.seed_variants: variants are made of seeds; set search.seed_from or remove "
                         "[search.seed_variants]")

@@ -90,8 +90,12 @@ def seed_variants(cfg: Config, space: GeneSpace, seeds: Sequence[Genome], room: 
         for name, values in cfg.search.seed_variants.items():
             for value in values:
                 changed = {**dict(g), name: value}
-                if changed == dict(g) or not space.is_valid(changed):
+                if changed == dict(g):
                     continue
+                if not space.is_valid(changed):
+                    changed = _relaxed(space, changed, cfg.search.seed_variants_relax)
+                    if changed is None:
+                        continue
                 v = space.make(changed)
                 if v.key not in seen:
                     seen.add(v.key)
@@ -99,6 +103,17 @@ def seed_variants(cfg: Config, space: GeneSpace, seeds: Sequence[Genome], room: 
                 if len(out) == room:
                     return out
     return out
+
+
+def _relaxed(space: GeneSpace, genome: dict, relax: dict) -> dict | None:
+    """search.seed_variants_relax: the variant with one relaxing gene changed (genes in table
+    order, values in list order), the first that the constraints accept; None if none does."""
+    for name, values in relax.items():
+        for value in values:
+            tried = {**genome, name: value}
+            if space.is_valid(tried):
+                return tried
+    return None
 
 
 def prior_evaluations(cfg: Config, space: GeneSpace,
@@ -151,7 +166,8 @@ def region_problems(cfg: Config, space: GeneSpace) -> list[str]:
     from genomes.genes import GeneError
 
     problems = []
-    for section, table in (("init_within", cfg.search.init_within), ("seed_variants", cfg.search.seed_variants)):
+    for section, table in (("init_within", cfg.search.init_within), ("seed_variants", cfg.search.seed_variants),
+                           ("seed_variants_relax", cfg.search.seed_variants_relax)):
         for name, values in table.items():
             try:
                 space.region({name: values})

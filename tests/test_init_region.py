@@ -143,3 +143,18 @@ def test_seed_variants_are_checked_against_the_space_and_need_seeds():
     assert "search.seed_variants.unroll: gene 'unroll': 9 is not one of [1, 2, 3, 4]" in str(info.value)
     with pytest.raises(ConfigError, match="search.seed_variants: variants are made of seeds"):
         make_config(search={"seed_variants": {"unroll": [2]}})
+
+
+def test_seed_variants_relax_lifts_the_constraint_the_new_value_breaks(synthetic_space, synthetic_table):
+    from evo.evaluators import seed_variants
+
+    seed = synthetic_space.make({"vector_bytes": 16, "load_cache": "nc", "streaming_store": True,
+                                 "threads_per_row": 128, "rows_per_cta": 2, "cluster": 1, "stages": 1, "unroll": 1})
+    base = {"seed_from": str(synthetic_table.source), "seed_variants": {"stages": [3]}}
+    assert seed_variants(make_config(search=base), synthetic_space, [seed], room=4) == []   # 3 stages need unroll >= 2
+    relaxed = seed_variants(make_config(search={**base, "seed_variants_relax": {"unroll": [1, 2, 4]}}),
+                            synthetic_space, [seed], room=4)
+    assert [(v["stages"], v["unroll"]) for v in relaxed] == [(3, 2)]          # the first value that fits
+    assert {k for k in dict(seed) if dict(seed)[k] != relaxed[0][k]} == {"stages", "unroll"}
+    with pytest.raises(ConfigError, match="search.seed_variants_relax: it relaxes seed variants"):
+        make_config(search={"seed_from": "x.json", "seed_variants_relax": {"unroll": [2]}})

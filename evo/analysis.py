@@ -271,6 +271,73 @@ def gene_effects_table(frames: RunFrames) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["gene", "value", "count", "mean_fitness"])
 
 
+PAIR_COLUMNS = ["gene", "value_a", "value_b", "key_a", "key_b", "cases", "ratio", "min_ratio", "max_ratio",
+                "best_case"]
+
+
+def one_gene_pairs(frames: RunFrames, baseline: str | None = None) -> pd.DataFrame:
+    """Pairs of verified genomes of the run that differ in exactly one gene: the run's natural A/B
+    experiments (search.seed_variants, one-gene mutations). `ratio` is the geometric mean, over
+    the cases both timed, of b's speedup vs `baseline` (default: the run's) over a's; a speedup
+    rather than a time, so that a verdict carried from an earlier session compares with one
+    measured today through the baseline timed beside each. value_a sorts before value_b."""
+    ev = frames.evaluations
+    base = baseline or frames.run.get("baseline") or (frames.baselines[0] if frames.baselines else "torch")
+    col = f"speedup.{base}"
+    ok = ev[(ev["status"] == "OK") & ~ev["suspect"].astype(bool)]
+    if ok.empty or col not in frames.cases.columns:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    cases = frames.cases[frames.cases["status"] == "OK"]
+    speed = {k: dict(zip(g["case"], g[col])) for k, g in cases.groupby("key", sort=False)}
+    genes = frames.genes
+    values = {k: tuple(row) for k, row in zip(ok["key"], ok[[f"gene.{g}" for g in genes]].itertuples(index=False))}
+    rows = []
+    for i, gene in enumerate(genes):
+        groups: dict[tuple, list[str]] = {}
+        for key, vals in values.items():
+            groups.setdefault(vals[:i] + vals[i + 1:], []).append(key)
+        for keys in groups.values():
+            for x in range(len(keys)):
+                for y in range(x + 1, len(keys)):
+                    a, b = keys[x], keys[y]
+                    if _order(values[b][i]) < _order(values[a][i]):
+                        a, b = b, a
+                    rows.append(_pair_row(gene, values[a][i], values[b][i], a, b, speed.get(a, {}), speed.get(b, {})))
+    return pd.DataFrame([r for r in rows if r is not None], columns=PAIR_COLUMNS)
+
+
+def one_gene_summary(pairs: pd.DataFrame, tolerance: float = 0.005) -> pd.DataFrame:
+    """Per (gene, value_a, value_b): how many pairs, their median ratio, and how many moved by more
+    than `tolerance` either way."""
+    if pairs.empty:
+        return pd.DataFrame(columns=["gene", "value_a", "value_b", "pairs", "median_ratio", "better", "worse"])
+    # grouped in Python: pandas would merge 0 with False (equal hashes) in a column of mixed genes
+    groups: dict[tuple, list[float]] = {}
+    for gene, va, vb, ratio in zip(pairs["gene"], pairs["value_a"], pairs["value_b"], pairs["ratio"]):
+        groups.setdefault((gene, _order(va), _order(vb)), []).append(float(ratio))
+    rows = [{"gene": gene, "value_a": va[1], "value_b": vb[1], "pairs": len(r),
+             "median_ratio": float(pd.Series(r).median()), "better": sum(x > 1 + tolerance for x in r),
+             "worse": sum(x < 1 - tolerance for x in r)}
+            for (gene, va, vb), r in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), str(kv[0][2])))]
+    return pd.DataFrame(rows, columns=["gene", "value_a", "value_b", "pairs", "median_ratio", "better", "worse"])
+
+
+def _order(value: Any) -> tuple[str, Any]:
+    return (type(value).__name__, value)
+
+
+def _pair_row(gene: str, va: Any, vb: Any, a: str, b: str, sa: Mapping[str, float],
+              sb: Mapping[str, float]) -> dict[str, Any] | None:
+    ratios = {c: sb[c] / sa[c] for c in sa.keys() & sb.keys()
+              if sa[c] and sb[c] and not (math.isnan(sa[c]) or math.isnan(sb[c]))}
+    if not ratios:
+        return None
+    best = max(ratios, key=ratios.get)
+    return {"gene": gene, "value_a": va, "value_b": vb, "key_a": a, "key_b": b, "cases": len(ratios),
+            "ratio": math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios)),
+            "min_ratio": min(ratios.values()), "max_ratio": max(ratios.values()), "best_case": best}
+
+
 def copy_ceiling(frames: RunFrames, default: float = 4.27) -> float:
     """The measured copy ceiling (TB/s) recorded with the best genome, else any, else `default`."""
     ev = frames.evaluations

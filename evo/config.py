@@ -123,6 +123,9 @@ class SearchSection:
                                               "(where valid), judged in full beside its carried parent: how a gene "
                                               "added to the space reaches the genomes that already win")
     seed_variants_of: int = _f(0, min=0, doc="only the first this many seeds get variants (0: every seed)")
+    seed_variants_within: dict = _f(factory=dict, doc="[search.seed_variants_within] gene = [values]: only seeds "
+                                                     "inside this region get variants (e.g. staging = ['smem_async'] "
+                                                     "where the new gene is expected to matter)")
     seed_variants_relax: dict = _f(factory=dict, doc="[search.seed_variants_relax] gene = [values]: a variant the "
                                                     "constraints reject is tried again with one of these genes set "
                                                     "to each listed value in turn (e.g. maxrreg = [0]: lift a register "
@@ -302,8 +305,9 @@ def _cross_checks(cfg: Config) -> list[str]:
     if cfg.search.carry_seeds and not cfg.search.seed_from:
         problems.append("search.carry_seeds: there is nothing to carry without search.seed_from; set seed_from "
                         "or remove carry_seeds")
-    if cfg.search.seed_variants_relax and not cfg.search.seed_variants:
-        problems.append("search.seed_variants_relax: it relaxes seed variants; set [search.seed_variants] or remove it")
+    for name in ("seed_variants_relax", "seed_variants_within"):
+        if getattr(cfg.search, name) and not cfg.search.seed_variants:
+            problems.append(f"search.{name}: it qualifies seed variants; set [search.seed_variants] or remove it")
     if cfg.search.seed_variants and not cfg.search.seed_from:
         problems.append("search.seed_variants: variants are made of seeds; set search.seed_from or remove "
                         "[search.seed_variants]")

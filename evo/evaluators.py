@@ -78,12 +78,15 @@ def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None
 
 
 def seed_variants(cfg: Config, space: GeneSpace, seeds: Sequence[Genome], room: int) -> list[Genome]:
-    """search.seed_variants: the seeds (the first seed_variants_of) with one gene changed to each
-    listed value, in seed order, skipping invalid and duplicate genomes, at most `room` of them.
+    """search.seed_variants: the seeds (the first seed_variants_of, those inside
+    seed_variants_within) with one gene changed to each listed value, in seed order, skipping
+    invalid and duplicate genomes, at most `room` of them.
     A gene new to the space otherwise reaches the winning genomes only by chance mutations."""
     if not cfg.search.seed_variants or room <= 0:
         return []
     base = list(seeds[:cfg.search.seed_variants_of] if cfg.search.seed_variants_of else seeds)
+    within = cfg.search.seed_variants_within
+    base = [g for g in base if all(g[name] in values for name, values in within.items())]
     seen = {g.key for g in seeds}
     out: list[Genome] = []
     for g in base:
@@ -167,7 +170,8 @@ def region_problems(cfg: Config, space: GeneSpace) -> list[str]:
 
     problems = []
     for section, table in (("init_within", cfg.search.init_within), ("seed_variants", cfg.search.seed_variants),
-                           ("seed_variants_relax", cfg.search.seed_variants_relax)):
+                           ("seed_variants_relax", cfg.search.seed_variants_relax),
+                           ("seed_variants_within", cfg.search.seed_variants_within)):
         for name, values in table.items():
             try:
                 space.region({name: values})

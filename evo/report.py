@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from evo.analysis import RunFrames, operator_table
+from evo.analysis import RunFrames, one_gene_pairs, one_gene_summary, operator_table
 from evo.dispatch import build_dispatch
 from fitness.records import CaseResult, Evaluation, Status
 
@@ -142,6 +142,18 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path
         lines += ["## Operators", ""]
         lines += _table(["operator", "children", "better than best parent", "share"],
                         [[r.operator, r.children, r.better, r.share_better] for r in ops.itertuples()]) + [""]
+
+    pairs = one_gene_pairs(frames, baseline)
+    if not pairs.empty:
+        lines += ["## One-gene differences", "",
+                  "Pairs of verified genomes that differ in exactly one gene (seed variants, one-gene "
+                  f"mutations): the run's natural A/B experiments. Ratio: geometric mean, over the cases both "
+                  f"timed, of b's speedup vs {baseline} over a's (evo.analysis.one_gene_pairs); better / worse: "
+                  "pairs that moved by more than 0.5 %.", ""]
+        summary = one_gene_summary(pairs)
+        lines += _table(["gene", "a", "b", "pairs", "median ratio b/a", "better", "worse"],
+                        [[r.gene, r.value_a, r.value_b, r.pairs, r.median_ratio, r.better, r.worse]
+                         for r in summary.itertuples()], "---|---|---|---:|---:|---:|---:") + [""]
 
     lines += ["## Figures", ""]
     captions = {"fitness_curve": f"Best and median {metric} per generation; bars: share failed or suspect.",

@@ -199,6 +199,7 @@ def test_write_report(dump_frames, tmp_path):
     assert "| bf16/32768x256 |" in text and "speedup vs torch" in text
     dispatch = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
     assert all(e["key"] in text for e in dispatch["entries"])
+    assert "## One-gene differences" in text and "| weight_batch | 1 | 2 | 13 | 1.006 | 7 | 3 |" in text
     for name in plots.ALL:
         png = tmp_path / "rep" / f"{name}.png"
         assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG" and f"]({name}.png)" in text
@@ -225,3 +226,41 @@ def test_cli_report_on_a_run_dir(rmsnorm_run, tmp_path):
 def test_cli_report_bad_input_is_one_line(tmp_path):
     p = run_cli("report", tmp_path / "nothing", "--out", tmp_path / "r")
     assert p.returncode == 2 and p.stderr.startswith("error:") and "Traceback" not in p.stderr
+
+
+# -- one-gene differences ------------------------------------------------------------------------
+def test_one_gene_pairs_are_exactly_the_genomes_one_gene_apart(dump_frames):
+    from evo.analysis import one_gene_pairs
+
+    pairs = one_gene_pairs(dump_frames)
+    ev = dump_frames.evaluations.set_index("key")
+    genes = dump_frames.genes
+    ok = [k for k, s, sus in zip(dump_frames.evaluations["key"], dump_frames.evaluations["status"],
+                                 dump_frames.evaluations["suspect"]) if s == "OK" and not sus]
+    brute = set()
+    for i, a in enumerate(ok):
+        for b in ok[i + 1:]:
+            diff = [g for g in genes if ev.loc[a, f"gene.{g}"] != ev.loc[b, f"gene.{g}"]]
+            if len(diff) == 1:
+                brute.add(frozenset((a, b)))
+    assert {frozenset((a, b)) for a, b in zip(pairs["key_a"], pairs["key_b"])} == brute and len(brute) == 53
+    # the ratio is b's speedup over a's, per case, averaged geometrically
+    row = pairs[(pairs["key_a"] == "8ee7fe61f5d51bc3a870") & (pairs["key_b"] == "625da8d04bd04ab8d881")].iloc[0]
+    cases = dump_frames.cases.set_index(["key", "case"])["speedup.torch"]
+    r = cases.loc["625da8d04bd04ab8d881", "bf16/8192x262144"] / cases.loc["8ee7fe61f5d51bc3a870", "bf16/8192x262144"]
+    assert (row["gene"], row["value_a"], row["value_b"], row["cases"]) == ("weight_batch", 1, 4, 33)
+    assert row["best_case"] == "bf16/8192x262144" and row["max_ratio"] == pytest.approx(r)
+    assert row["min_ratio"] <= row["ratio"] <= row["max_ratio"]
+
+
+def test_one_gene_summary_keeps_zero_apart_from_false():
+    import pandas as pd
+
+    from evo.analysis import PAIR_COLUMNS, one_gene_summary
+
+    rows = [("maxrreg", 0, 128, "a", "b", 3, 1.02, 1.0, 1.1, "c"), ("grid_fit", False, True, "c", "d", 3, 0.9, 0.8, 1.0, "c"),
+            ("maxrreg", 0, 128, "e", "f", 3, 1.00, 0.9, 1.1, "c")]
+    s = one_gene_summary(pd.DataFrame(rows, columns=PAIR_COLUMNS))
+    assert [(r.gene, r.value_a, r.pairs, r.better, r.worse) for r in s.itertuples()] == \
+        [("grid_fit", False, 1, 0, 1), ("maxrreg", 0, 2, 1, 0)]
+    assert type(s.iloc[1]["value_a"]) is not bool

@@ -156,5 +156,22 @@ def test_seed_variants_relax_lifts_the_constraint_the_new_value_breaks(synthetic
                             synthetic_space, [seed], room=4)
     assert [(v["stages"], v["unroll"]) for v in relaxed] == [(3, 2)]          # the first value that fits
     assert {k for k in dict(seed) if dict(seed)[k] != relaxed[0][k]} == {"stages", "unroll"}
-    with pytest.raises(ConfigError, match="search.seed_variants_relax: it relaxes seed variants"):
+    with pytest.raises(ConfigError, match="search.seed_variants_relax: it qualifies seed variants"):
         make_config(search={"seed_from": "x.json", "seed_variants_relax": {"unroll": [2]}})
+
+
+def test_seed_variants_within_picks_the_seeds_that_get_variants(synthetic_space, synthetic_table):
+    from evo.evaluators import seed_variants
+
+    def seed(stages):
+        return synthetic_space.make({"vector_bytes": 16, "load_cache": "nc", "streaming_store": True,
+                                     "threads_per_row": 128, "rows_per_cta": 2, "cluster": 1, "stages": stages,
+                                     "unroll": 3})
+    cfg = make_config(search={"seed_from": str(synthetic_table.source), "seed_variants": {"unroll": [4]},
+                              "seed_variants_within": {"stages": [2, 3]}})
+    out = seed_variants(cfg, synthetic_space, [seed(1), seed(2), seed(3)], room=8)
+    assert [(v["stages"], v["unroll"]) for v in out] == [(2, 4), (3, 4)]
+    with pytest.raises(ConfigError) as info:
+        check_environment(make_config(search={"seed_from": "x.json", "seed_variants": {"unroll": [4]},
+                                              "seed_variants_within": {"stagess": [1]}}))
+    assert "search.seed_variants_within.stagess" in str(info.value)

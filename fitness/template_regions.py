@@ -9,9 +9,11 @@ therefore not touch the text legacy genomes render. Templates mark such code wit
     //@weight_batch new         text rendered otherwise
     //@weight_batch end
 
-Either part may be empty or absent; regions do not nest; marker lines are never rendered, nor are
-template comments written as `//@ ...` (a space after the marker), which is where a template
-documents its regions without changing what legacy genomes compile.
+Either part may be empty or absent. Regions of different genes nest (code of a gene added in a
+later version inside code of an earlier one): a line is rendered when every region around it
+keeps it. Marker lines are never rendered, nor are template comments written as `//@ ...` (a
+space after the marker), which is where a template documents its regions without changing what
+legacy genomes compile.
 """
 from __future__ import annotations
 
@@ -32,35 +34,34 @@ def select_regions(text: str, at_legacy: Mapping[str, bool], *, where: str = "te
     at_legacy[gene] says whether the genome holds that gene's legacy value; a region keyed on a
     gene missing from it is an error (the template and the gene space disagree)."""
     out: list[str] = []
-    open_gene: str | None = None
-    part = ""
-    opened_at = 0
+    stack: list[tuple[str, str, int]] = []        # (gene, part, line opened) of the open regions
     markers = {n: (name, p) for n, name, p in _markers(text, where)}
     for n, line in enumerate(text.split("\n"), start=1):
         if n in markers:
             name, p = markers[n]
             if p == "end":
-                if open_gene != name:
-                    raise ValueError(f"{where}:{n}: '{MARK}{name} end' closes no open {name} region")
-                open_gene = None
+                if not stack or stack[-1][0] != name:
+                    inner = f" (the innermost open region is {stack[-1][0]}'s)" if stack else ""
+                    raise ValueError(f"{where}:{n}: '{MARK}{name} end' closes no open {name} region{inner}")
+                stack.pop()
                 continue
-            if open_gene is not None and open_gene != name:
-                raise ValueError(f"{where}:{n}: regions do not nest: {name} opened inside the "
-                                 f"{open_gene} region of line {opened_at}")
             if name not in at_legacy:
                 raise ValueError(f"{where}:{n}: region keyed on {name!r}, which the gene space does not "
                                  f"have as a gene with a legacy value (genes: {sorted(at_legacy)})")
-            if open_gene is None:
-                opened_at = n
-            open_gene, part = name, p
+            if stack and stack[-1][0] == name:          # legacy -> new (or new -> legacy) switch
+                stack[-1] = (name, p, stack[-1][2])
+            elif any(g == name for g, _, _ in stack):
+                raise ValueError(f"{where}:{n}: a {name} region inside another {name} region")
+            else:
+                stack.append((name, p, n))
             continue
         if line.startswith(MARK + " ") or line == MARK:
             continue
-        if open_gene is None or (part == "legacy") == bool(at_legacy[open_gene]):
+        if all((part == "legacy") == bool(at_legacy[gene]) for gene, part, _ in stack):
             out.append(line)
-    if open_gene is not None:
-        raise ValueError(f"{where}:{opened_at}: the {open_gene} region is never closed "
-                         f"(add '{MARK}{open_gene} end')")
+    if stack:
+        gene, _, opened = stack[-1]
+        raise ValueError(f"{where}:{opened}: the {gene} region is never closed (add '{MARK}{gene} end')")
     return "\n".join(out)
 
 

@@ -118,7 +118,9 @@ def test_render_is_deterministic_and_complete():
 
 def test_at_least_ten_genes_change_the_rendered_code():
     changed, launch_only = set(), set()
-    bases = _sample(0, 0)
+    # + a genome where weight_pipeline may be switched on (shared memory, weight_batch > 1)
+    bases = _sample(0, 0) + [SPACE.make({**dict(DEFAULT), "staging": "smem_async", "load_cache": "default",
+                                         "persistent": False, "spread_rows": False, "weight_batch": 2})]
     for gene in SPACE.genes:
         for base in bases:
             for v in gene.values():
@@ -346,11 +348,11 @@ def test_grid_fit_sizes_the_persistent_grid_to_the_resident_ctas():
 
 def test_space_versions_keep_recorded_genomes():
     from genomes import load_space
-    from genomes.rmsnorm import SPACE_V1, SPACE_V2, SPACE_V3
+    from genomes.rmsnorm import SPACE_V1, SPACE_V2, SPACE_V3, SPACE_V4
     from genomes.registry import space_versions
-    assert load_space("rmsnorm") is SPACE_V3 and load_space("rmsnorm", "v1") is SPACE_V1
-    assert space_versions("rmsnorm") == ["v1", "v2", "v3"]
-    with pytest.raises(LookupError, match="versions: \\['v1', 'v2', 'v3'\\]"):
+    assert load_space("rmsnorm") is SPACE_V4 and load_space("rmsnorm", "v1") is SPACE_V1
+    assert space_versions("rmsnorm") == ["v1", "v2", "v3", "v4"]
+    with pytest.raises(LookupError, match="versions: \\['v1', 'v2', 'v3', 'v4'\\]"):
         load_space("rmsnorm", "v0")
     old = SPACE_V1.sample(random.Random(5))
     assert SPACE_V2.make(dict(old)).key == old.key                # a v1 genome under v2: same key
@@ -358,6 +360,10 @@ def test_space_versions_keep_recorded_genomes():
     v2 = SPACE_V2.sample(random.Random(6))
     assert SPACE_V3.make(dict(v2)).key == v2.key and SPACE_V3.make(dict(v2))["weight_batch"] == 1
     assert FAMILY.render(SPACE_V3.make(dict(v2))) == FAMILY.render(v2)
+    v3 = SPACE_V3.sample(random.Random(7))
+    if SPACE_V4.is_valid(dict(v3)):
+        assert SPACE_V4.make(dict(v3)).key == v3.key and SPACE_V4.make(dict(v3))["weight_pipeline"] is False
+        assert FAMILY.render(SPACE_V4.make(dict(v3))) == FAMILY.render(v3)
 
 
 def test_weight_batch_issues_the_loads_of_several_vectors_before_the_stores(tmp_path):
@@ -367,7 +373,7 @@ def test_weight_batch_issues_the_loads_of_several_vectors_before_the_stores(tmp_
     if shutil.which("nvcc") is None or _cuobjdump() is None:
         pytest.skip("nvcc and cuobjdump needed")
     from fitness.compile import Compiler
-    from genomes.rmsnorm import SPACE_V3
+    from genomes.rmsnorm import SPACE_V4 as SPACE_V3   # v3 genes + legacy v4
     base = {**dict(DEFAULT), "staging": "smem_async", "load_cache": "default", "cluster": 8, "cta_threads": 256,
             "chunks": 4, "vec_bytes": 16, "persistent": False, "spread_rows": False, "maxrreg": 0}
     runs = {}
@@ -410,6 +416,7 @@ def test_recorded_genomes_render_the_source_the_judge_compiled():
     judge recorded: genes added since (weight_batch) sit in template regions (fitness/template_regions.py),
     so the run still exports and its verdicts can be carried into the next search."""
     from fitness.compile import compile_key
+    from genomes.rmsnorm import SPACES
     checked = 0
     for path in ("results/rmsnorm_fwd_h200_run.json", "results/session4/rmsnorm_fwd_h200_run.json",
                  "results/session3/rmsnorm_fwd_h200_run.json"):
@@ -418,7 +425,7 @@ def test_recorded_genomes_render_the_source_the_judge_compiled():
             judged = (ev.get("artifacts") or {}).get("source_hash")
             if not judged:
                 continue
-            g = SPACE.make(ev["genome"])
+            g = SPACES[run["config"]["experiment"].get("space_version") or "v1"].make(ev["genome"])   # the run's space
             toolkit = (ev.get("toolkit") or "").removeprefix("nvcc ").strip()
             key = compile_key(FAMILY.render(g), FAMILY.compile_flags(g), ev["artifacts"].get("arch", "sm_90a"), toolkit)
             assert key == judged, (path, g.key)
@@ -427,9 +434,35 @@ def test_recorded_genomes_render_the_source_the_judge_compiled():
 
 
 def test_weight_batch_renders_only_away_from_its_legacy_value():
-    from genomes.rmsnorm import SPACE_V3
+    from genomes.rmsnorm import SPACE_V4 as SPACE_V3   # v3 genes + legacy v4
     base = {**dict(DEFAULT), "staging": "smem_async", "load_cache": "default", "persistent": False,
             "spread_rows": False}
     legacy, batched = (FAMILY.render(SPACE_V3.make({**base, "weight_batch": wb})) for wb in (1, 4))
     assert "RMS_WBATCH" not in legacy and "kWB" not in legacy and "//@" not in legacy
     assert "#define RMS_WBATCH 4" in batched and "kWB" in batched and "//@" not in batched
+
+
+def test_weight_pipeline_loads_the_first_batch_before_the_cluster_barrier(tmp_path):
+    """v4's weight_pipeline (shared-memory output pass): the weight of the first batch is in flight
+    across the reduction's cluster barrier (in the SASS, LDG before UCGABAR_WAIT), with no local
+    memory; without it no weight load precedes the barrier."""
+    if shutil.which("nvcc") is None or _cuobjdump() is None:
+        pytest.skip("nvcc and cuobjdump needed")
+    from fitness.compile import Compiler
+    from genomes.rmsnorm import SPACE_V4
+    base = {**dict(DEFAULT), "staging": "smem_async", "load_cache": "default", "cluster": 16, "cta_threads": 256,
+            "chunks": 2, "vec_bytes": 16, "persistent": False, "spread_rows": False, "maxrreg": 0,
+            "weight_batch": 2}
+    before = {}
+    for wp in (False, True):
+        g = SPACE_V4.make({**base, "weight_pipeline": wp})
+        res = Compiler(tmp_path).compile(FAMILY.render(g), FAMILY.compile_flags(g))
+        assert res.ok and all(r.spill_store_bytes == 0 and r.spill_load_bytes == 0 for r in res.resources.values()), res.log
+        sass = subprocess.run([_cuobjdump(), "-sass", "-fun", "rmsnorm_fwd_fp32_fp32_c16", str(res.cubin_path)],
+                              capture_output=True, text=True, check=True).stdout
+        assert "LDL" not in sass and "STL" not in sass
+        ops = re.findall(r"\b(LDG|UCGABAR_WAIT)\b", sass)
+        before[wp] = ops[:ops.index("UCGABAR_WAIT")].count("LDG")
+    assert before == {False: 0, True: 2}, before
+    with pytest.raises(Exception, match="weight_pipeline_needs_smem_batches"):
+        SPACE_V4.make({**base, "weight_batch": 1, "weight_pipeline": True})

@@ -33,10 +33,19 @@ def test_text_without_regions_is_unchanged():
 @pytest.mark.parametrize("text, match", [
     ("//@wb legacy\nx\n", "never closed"),
     ("//@wb end\n", "closes no open"),
-    ("//@wb legacy\n//@other new\n//@other end\n", "do not nest"),
+    ("//@wb legacy\n//@other new\n//@wb end\n//@other end\n", "innermost open region is other's"),
+    ("//@wb legacy\n//@other new\n//@wb new\n", "inside another wb region"),
     ("//@wb sometimes\n", "bad region marker"),
     ("//@zz legacy\n//@zz end\n", "'zz'"),
 ])
 def test_malformed_regions_name_the_line_and_the_fix(text, match):
     with pytest.raises(ValueError, match=match):
         select_regions(text, {"wb": True, "other": False}, where="t.cu")
+
+
+def test_regions_of_different_genes_nest():
+    text = "a\n//@wb new\nb\n//@wp legacy\nc\n//@wp new\nd\n//@wp end\ne\n//@wb end\nf"
+    assert select_regions(text, {"wb": True, "wp": True}) == "a\nf"
+    assert select_regions(text, {"wb": False, "wp": True}) == "a\nb\nc\ne\nf"
+    assert select_regions(text, {"wb": False, "wp": False}) == "a\nb\nd\ne\nf"
+    assert select_regions(text, {"wb": True, "wp": False}) == "a\nf"

@@ -26,6 +26,9 @@
 //@ vectors (weight; x too where it is re-read from global) before normalizing and storing any of
 //@ them. Every load and store is an asm volatile, which the compiler never reorders among
 //@ themselves, so one vector at a time leaves a warp one L2 round trip in flight per vector written.
+//@ weight_pipeline (space v4; shared-memory staging with weight_batch > 1): the weight of the
+//@ first batch is loaded before the row's reduction (in flight across its barriers), and each
+//@ batch's successor before the batch is written: two batches of weight in registers.
 //   PTX qualifier strings: RMS_LDX_MAIN, RMS_LDX_OVF1, RMS_LDX_OVF2 (x loads: main / overflow first
 //   pass / overflow re-read), RMS_LDW (weight), RMS_STY (y), RMS_CPASYNC, each with a *_POL policy
 //   selector (0 none, 1 L2 evict_first, 2 L2 evict_last: appended ", policy" operand).
@@ -723,6 +726,20 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
       }
     }
 #endif
+//@weight_pipeline new
+    // the weight of the first kWB vectors is in flight across the reduction's barriers
+    uint32_t wp0[kWB][PPV][WPW], wp1[kWB][PPV][WPW];
+    auto wp_load = [&](uint32_t (&w)[kWB][PPV][WPW], int j0) {
+#pragma unroll
+      for (int u = 0; u < kWB; ++u)
+#pragma unroll
+        for (int q = 0; q < PPV; ++q) {
+          const int pk = (j0 + u * TPR) * PPV + q;
+          if (j0 + u * TPR < nvs && pk < npk) ld_w<WPW>(w[u][q], ws + (size_t)pk * WPB, pol);
+        }
+    };
+    if (ok) wp_load(wp0, t);
+//@weight_pipeline end
     const float ss = reduce(a0 + a1, it);
     const float rs = rms_rsqrt(fmaf(ss, inv_n, eps));
     if (rstd != nullptr && ok && t == 0 && rank == 0) rstd[row] = rs;
@@ -751,6 +768,35 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
     }
 //@weight_batch new
     if (ok) {
+//@weight_pipeline new
+      // two batches in registers: the next batch's weight is loaded before this batch is written
+      auto wp_store = [&](const uint32_t (&w)[kWB][PPV][WPW], int j0) {
+#pragma unroll
+        for (int u = 0; u < kWB; ++u)
+#pragma unroll
+          for (int q = 0; q < PPV; ++q) {
+            const int pk = (j0 + u * TPR) * PPV + q;
+            if (j0 + u * TPR < nvs && pk < npk) {
+              uint32_t v[PW], yw[PW];
+              if constexpr (PW == 4) {
+                const uint4 x4 = *(const uint4*)(b + pk * PB);
+                v[0] = x4.x; v[1] = x4.y; v[2] = x4.z; v[3] = x4.w;
+              } else {
+                const uint2 x2 = *(const uint2*)(b + pk * PB);
+                v[0] = x2.x; v[1] = x2.y;
+              }
+              P::norm(v, w[u][q], rs, yw);
+              st_y<PW>(yr + (size_t)pk * PB, yw, pol);
+            }
+          }
+      };
+      for (int j0 = t; j0 < nvs; j0 += 2 * kWB * TPR) {
+        wp_load(wp1, j0 + kWB * TPR);
+        wp_store(wp0, j0);
+        wp_load(wp0, j0 + 2 * kWB * TPR);
+        wp_store(wp1, j0 + kWB * TPR);
+      }
+//@weight_pipeline legacy
       // the weight of kWB vectors is loaded before any of them is written
 #pragma unroll kUnroll
       for (int j0 = t; j0 < nvs; j0 += kWB * TPR) {
@@ -781,6 +827,7 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
             }
           }
       }
+//@weight_pipeline end
     }
 //@weight_batch end
   }

@@ -768,6 +768,8 @@ __device__ __forceinline__ void rms_body(const T* __restrict__ x, const W* __res
     }
 //@weight_batch new
     if (ok) {
+//@ wp_store repeats the body of the loop below on purpose: that loop (the weight_pipeline legacy
+//@ part) must stay byte for byte what session 5's weight_batch genomes were judged with.
 //@weight_pipeline new
       // two batches in registers: the next batch's weight is loaded before this batch is written
       auto wp_store = [&](const uint32_t (&w)[kWB][PPV][WPW], int j0) {

@@ -338,6 +338,74 @@ def _pair_row(gene: str, va: Any, vb: Any, a: str, b: str, sa: Mapping[str, floa
             "min_ratio": min(ratios.values()), "max_ratio": max(ratios.values()), "best_case": best}
 
 
+OCCUPANCY_COLUMNS = ["key", "case", "ctas_per_sm", "warps_per_sm", "occupancy_limit"]
+
+
+def case_occupancy(frames: RunFrames) -> pd.DataFrame:
+    """Per (evaluation, case): the CTAs and warps one SM holds at once and what bounds them
+    (fitness.occupancy), from the launch the family chooses for the genome and case and the
+    registers ptxas reported for that kernel (the evaluation's `resources` artifact). Rows only for
+    evaluations that recorded a ptxas report and cases the genome can launch; empty when the run's
+    family is not in this checkout."""
+    from fitness.family import Case, load_family
+    from fitness.occupancy import launch_occupancy
+
+    try:
+        family = load_family(frames.run["family"])
+    except Exception:  # noqa: BLE001 - frames of a family this checkout lacks still analyse
+        return pd.DataFrame(columns=OCCUPANCY_COLUMNS)
+    rows = []
+    for rec in frames.records:
+        ev = rec.evaluation
+        raw = ev.artifacts.get("resources")
+        if not raw:
+            continue
+        resources = json.loads(raw) if isinstance(raw, str) else raw
+        for c in ev.cases:
+            try:
+                launch = family.launch(ev.genome, Case(c.case, dict(c.params)))
+            except Exception:  # noqa: BLE001 - a genome of an older space the family no longer renders
+                launch = None
+            occ = launch_occupancy(launch, resources) if launch is not None else None
+            if occ is not None:
+                rows.append({"key": rec.key, "case": c.case, "ctas_per_sm": occ.ctas, "warps_per_sm": occ.warps,
+                             "occupancy_limit": occ.limit})
+    return pd.DataFrame(rows, columns=OCCUPANCY_COLUMNS).drop_duplicates(["key", "case"])
+
+
+def one_gene_occupancy(frames: RunFrames, pairs: pd.DataFrame | None = None,
+                       baseline: str | None = None, tolerance: float = 0.005) -> pd.DataFrame:
+    """The one-gene pairs' per-case ratios (b's speedup over a's), grouped by what the gene did
+    to the resident warps of that case: fewer, same or more. A gene that only costs registers
+    shows up as 'fewer' with a low median and 'same' with a high one (session 6: weight_batch)."""
+    columns = ["gene", "value_a", "value_b", "warps", "cases", "median_ratio", "better", "worse"]
+    pairs = one_gene_pairs(frames, baseline) if pairs is None else pairs
+    occ = case_occupancy(frames)
+    if pairs.empty or occ.empty:
+        return pd.DataFrame(columns=columns)
+    base = baseline or frames.run.get("baseline") or "torch"
+    col = f"speedup.{base}"
+    ok = frames.cases[frames.cases["status"] == "OK"]
+    speed = {(k, c): v for k, c, v in zip(ok["key"], ok["case"], ok[col])}
+    warps = {(k, c): w for k, c, w in zip(occ["key"], occ["case"], occ["warps_per_sm"])}
+    groups: dict[tuple, list[float]] = {}
+    for gene, va, vb, a, b in zip(pairs["gene"], pairs["value_a"], pairs["value_b"], pairs["key_a"], pairs["key_b"]):
+        for case in {c for (k, c) in speed if k == a}:
+            sa, sb = speed.get((a, case)), speed.get((b, case))
+            wa, wb = warps.get((a, case)), warps.get((b, case))
+            if None in (sa, sb, wa, wb) or not sa or not sb or math.isnan(sa) or math.isnan(sb):
+                continue
+            change = "fewer" if wb < wa else ("same" if wb == wa else "more")
+            groups.setdefault((gene, _order(va), _order(vb), change), []).append(sb / sa)
+    order = {"fewer": 0, "same": 1, "more": 2}
+    rows = [{"gene": gene, "value_a": va[1], "value_b": vb[1], "warps": change, "cases": len(r),
+             "median_ratio": float(pd.Series(r).median()), "better": sum(x > 1 + tolerance for x in r),
+             "worse": sum(x < 1 - tolerance for x in r)}
+            for (gene, va, vb, change), r in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]),
+                                                                                    str(kv[0][2]), order[kv[0][3]]))]
+    return pd.DataFrame(rows, columns=columns)
+
+
 def copy_ceiling(frames: RunFrames, default: float = 4.27) -> float:
     """The measured copy ceiling (TB/s) recorded with the best genome, else any, else `default`."""
     ev = frames.evaluations

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from evo.analysis import RunFrames, one_gene_pairs, one_gene_summary, operator_table
+from evo.analysis import RunFrames, one_gene_occupancy, one_gene_pairs, one_gene_summary, operator_table
 from evo.dispatch import build_dispatch
 from fitness.records import CaseResult, Evaluation, Status
 
@@ -154,6 +154,16 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path
         lines += _table(["gene", "a", "b", "pairs", "median ratio b/a", "better", "worse"],
                         [[r.gene, r.value_a, r.value_b, r.pairs, r.median_ratio, r.better, r.worse]
                          for r in summary.itertuples()], "---|---|---|---:|---:|---:|---:") + [""]
+        by_warps = one_gene_occupancy(frames, pairs, baseline)
+        if not by_warps.empty:
+            lines += ["### By resident warps", "",
+                      "The same pairs case by case, grouped by what the gene did to the warps one SM holds "
+                      "for that case (fitness.occupancy: the launch's block and shared memory, the registers "
+                      "ptxas reported; evo.analysis.one_gene_occupancy). A gene that costs registers helps "
+                      "where it leaves them unchanged and hurts where it evicts CTAs.", ""]
+            lines += _table(["gene", "a", "b", "warps per SM", "cases", "median ratio b/a", "better", "worse"],
+                            [[r.gene, r.value_a, r.value_b, r.warps, r.cases, r.median_ratio, r.better, r.worse]
+                             for r in by_warps.itertuples()], "---|---|---|---|---:|---:|---:|---:") + [""]
 
     lines += ["## Figures", ""]
     captions = {"fitness_curve": f"Best and median {metric} per generation; bars: share failed or suspect.",

@@ -91,7 +91,7 @@ def test_dump_frames_hold_the_stored_numbers(dump_frames):
     data = json.loads(DUMP.read_text())
     evs = [Evaluation.from_dict(e) for e in data["evaluations"]]
     ev = dump_frames.evaluations
-    assert len(ev) == len(evs) == 116
+    assert len(ev) == len(evs) == 112
     assert dump_frames.run["metric"] == data["config"]["objective"]["metric"] == "geomean_speedup"
     assert dump_frames.run["baseline"] == "torch" and dump_frames.run["run_id"] == data["run_id"]
     for row, e in zip(ev.itertuples(index=False), evs):
@@ -125,7 +125,7 @@ def test_synthetic_run_dir_frames_equal_the_store(synthetic_run):
 def test_rmsnorm_run_dir_frames_equal_the_store(rmsnorm_run):
     records, _ = stored(rmsnorm_run)
     frames = load_run(rmsnorm_run.path)
-    assert len(frames.evaluations) == len(records) == 116
+    assert len(frames.evaluations) == len(records) == 112
     check_against_records(frames, records, "geomean_speedup")
     assert frames.evaluations["gpu_seconds"].notna().all()
 
@@ -199,7 +199,8 @@ def test_write_report(dump_frames, tmp_path):
     assert "| bf16/32768x256 |" in text and "speedup vs torch" in text
     dispatch = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
     assert all(e["key"] in text for e in dispatch["entries"])
-    assert "## One-gene differences" in text and "| weight_batch | 1 | 2 | 13 | 1.006 | 7 | 3 |" in text
+    assert "## One-gene differences" in text and "| weight_pipeline | False | True | 3 | 0.8423 | 0 | 3 |" in text
+    assert "### By resident warps" in text and "| weight_batch | 2 | 4 | same | 14 | 1.044 | 14 | 0 |" in text
     for name in plots.ALL:
         png = tmp_path / "rep" / f"{name}.png"
         assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG" and f"]({name}.png)" in text
@@ -243,13 +244,13 @@ def test_one_gene_pairs_are_exactly_the_genomes_one_gene_apart(dump_frames):
             diff = [g for g in genes if ev.loc[a, f"gene.{g}"] != ev.loc[b, f"gene.{g}"]]
             if len(diff) == 1:
                 brute.add(frozenset((a, b)))
-    assert {frozenset((a, b)) for a, b in zip(pairs["key_a"], pairs["key_b"])} == brute and len(brute) == 53
+    assert {frozenset((a, b)) for a, b in zip(pairs["key_a"], pairs["key_b"])} == brute and len(brute) == 43
     # the ratio is b's speedup over a's, per case, averaged geometrically
-    row = pairs[(pairs["key_a"] == "8ee7fe61f5d51bc3a870") & (pairs["key_b"] == "625da8d04bd04ab8d881")].iloc[0]
+    row = pairs[(pairs["key_a"] == "e882a46ea555362e39fe") & (pairs["key_b"] == "e0d07d3ae1f0b6c00bc1")].iloc[0]
     cases = dump_frames.cases.set_index(["key", "case"])["speedup.torch"]
-    r = cases.loc["625da8d04bd04ab8d881", "bf16/8192x262144"] / cases.loc["8ee7fe61f5d51bc3a870", "bf16/8192x262144"]
-    assert (row["gene"], row["value_a"], row["value_b"], row["cases"]) == ("weight_batch", 1, 4, 33)
-    assert row["best_case"] == "bf16/8192x262144" and row["max_ratio"] == pytest.approx(r)
+    r = cases.loc["e0d07d3ae1f0b6c00bc1", "fp32/8192x262144"] / cases.loc["e882a46ea555362e39fe", "fp32/8192x262144"]
+    assert (row["gene"], row["value_a"], row["value_b"], row["cases"]) == ("weight_batch", 2, 8, 33)
+    assert row["best_case"] == "fp32/8192x262144" and row["max_ratio"] == pytest.approx(r)
     assert row["min_ratio"] <= row["ratio"] <= row["max_ratio"]
 
 

@@ -78,6 +78,9 @@ class Baseline:
     name: str
     available: Callable[[], bool]
     prepare: Callable[[Case, Mapping[str, Any]], Callable[[], Any] | None]
+    #: False for a reference that is not the operation (e.g. a plain copy of the same bytes, timed
+    #: as the case's memory roofline): reported beside the others, never a run's speedup baseline
+    objective: bool = True
 
 
 class KernelFamily(abc.ABC):

@@ -102,6 +102,12 @@ class GPUEvaluator(Evaluator):
         self._prefetched: dict[str, cf.Future] = {}     # genome key -> its background compile
 
         offered = [b.name for b in family.baselines()]
+        not_objective = {b.name for b in family.baselines() if not b.objective}
+        for named in (baseline, metric.split("@", 1)[1] if "@" in metric else None):
+            if named in not_objective:
+                raise ValueError(f"baseline {named!r} of family {family.name!r} is a reference, not the "
+                                 f"operation (timed beside the others only); speedups are measured against "
+                                 f"one of {[n for n in offered if n not in not_objective]}")
         names = list(offered if baselines is None else baselines)
         if baseline not in names:
             names.insert(0, baseline)

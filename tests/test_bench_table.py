@@ -93,3 +93,31 @@ def test_the_committed_table_is_the_merge_of_the_recorded_passes(tmp_path):
     assert round(committed["geomean_speedup_vs_quack"], 3) == 0.998 and len(committed["cases"]) == 33
     table_md = (REPO / "results" / "rmsnorm_fwd_h200.md").read_text()
     assert table_md.startswith((tmp_path / "t.md").read_text().rstrip("\n"))   # + the handwritten Notes
+
+
+def test_the_copy_roofline_is_a_column_only_where_it_was_timed():
+    """`copy` (x copied into y, kernels/rmsnorm/operation.py CopyRoofline) is reported as the share
+    of the case's memory roofline the evolved kernel reaches; tables without it keep their form."""
+    row = bench_rmsnorm.table_row("k", _case(100.0, torch=120.0, quack=98.0, copy=90.0))
+    assert row["copy_us"] == 90.0 and row["speedup_vs_copy"] == pytest.approx(0.9)
+    plain = bench_rmsnorm.table_row("k2", _case(100.0, torch=120.0, quack=98.0))
+    assert "copy_us" not in plain and plain["speedup_vs_copy"] is None
+    with_copy = bench_rmsnorm.summarize({"gpu": "H200", "command": "c", "versions": {}, "cases": [dict(row)]})
+    assert with_copy["geomean_speedup_vs_copy"] == pytest.approx(0.9) and with_copy["cases_vs_copy"] == 1
+    text = bench_rmsnorm.markdown(with_copy)
+    assert "| copy us | of copy |" in text and "| 90.0 | 0.900 |" in text and "| copy | 0.900 |" in text
+    without = bench_rmsnorm.summarize({"gpu": "H200", "command": "c", "versions": {}, "cases": [dict(plain)]})
+    assert "geomean_speedup_vs_copy" not in without and "copy" not in bench_rmsnorm.markdown(without)
+
+
+def test_the_copy_roofline_is_never_a_speedup_baseline():
+    from fitness.family import load_family
+    from fitness.gpu_evaluator import GPUEvaluator
+    from genomes.rmsnorm import SPACE
+
+    family = load_family("rmsnorm")
+    copy = next(b for b in family.baselines() if b.name == "copy")
+    assert copy.objective is False and all(b.objective for b in family.baselines() if b.name != "copy")
+    for kw in ({"baseline": "copy"}, {"metric": "geomean_speedup@copy"}):
+        with pytest.raises(ValueError, match="'copy' of family 'rmsnorm' is a reference"):
+            GPUEvaluator("rmsnorm", SPACE, **kw)

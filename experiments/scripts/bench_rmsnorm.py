@@ -29,7 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-BASELINES = ("torch", "torch_compile", "quack", "quack_tuned", "liger")
+#: "copy" is not an RMSNorm: x copied into y (operation.CopyRoofline), the case's memory roofline
+#: timed in the same process; speedup_vs_copy = copy_us / evolved_us is the share of it reached
+BASELINES = ("torch", "torch_compile", "quack", "quack_tuned", "liger", "copy")
 
 
 def versions() -> dict:
@@ -102,6 +104,7 @@ def table_row(key, cr, tuned=None) -> dict:
            "evolved_us": cr.time_us, "evolved_spread_us": cr.spread_us, "evolved_tbps": cr.tbps,
            "quack_plain_us": b.get("quack"), "quack_tuned_us": b.get("quack_tuned"),
            "torch_us": b.get("torch"), "torch_compile_us": b.get("torch_compile"), "liger_us": b.get("liger"),
+           **({"copy_us": b["copy"]} if b.get("copy") else {}),
            "max_abs_err": cr.max_abs_err, "rel_l2_err": cr.rel_l2_err, "notes": cr.message}
     for name in BASELINES:
         base = b.get(name)
@@ -199,12 +202,19 @@ def main() -> int:
 SUMMARY_OF = ("torch", "torch_compile", "quack", "quack_plain", "quack_tuned", "liger")
 
 
+def _summary_names(summary: dict) -> tuple[str, ...]:
+    """SUMMARY_OF, and "copy" where the copy roofline was timed (tables made before it existed keep
+    their exact form)."""
+    has_copy = any(r.get("copy_us") for r in summary["cases"])
+    return SUMMARY_OF + (("copy",) if has_copy else ())
+
+
 def summarize(summary: dict) -> dict:
     """Adds the geomean and minimum speedup against each baseline (over the cases that have one)."""
     for r in summary["cases"]:
         plain = r.get("quack_plain_us")
         r["speedup_vs_quack_plain"] = plain / r["evolved_us"] if plain and r.get("evolved_us") else None
-    for name in SUMMARY_OF:
+    for name in _summary_names(summary):
         sp = [r[f"speedup_vs_{name}"] for r in summary["cases"] if r.get(f"speedup_vs_{name}")]
         summary[f"geomean_speedup_vs_{name}"] = geomean(sp)
         summary[f"min_speedup_vs_{name}"] = min(sp) if sp else None
@@ -240,6 +250,7 @@ def markdown(summary: dict) -> str:
     def f(v, fmt="{:.1f}"):
         return fmt.format(v) if v else "-"
 
+    has_copy = "copy" in _summary_names(summary)
     lines = [f"# RMSNorm forward on {summary['gpu']}", "", f"Command: `{summary['command']}`", ""]
     for cmd in summary.get("tuned_commands", []):
         lines += [f"QuACK autotuned pass: `{cmd}`", ""]
@@ -248,16 +259,20 @@ def markdown(summary: dict) -> str:
               f"was timed: {len(summary.get('tuned_cases', []))} cases), on the evolved kernel's scale; every "
               "ratio compares two times measured in one process, interleaved.", "",
               "| dtype | M x N | evolved us | TB/s | torch us | torch.compile us | QuACK plain us | QuACK tuned us "
-              "| QuACK us | Liger us | vs torch | vs QuACK |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| QuACK us | Liger us | vs torch | vs QuACK |" + (" copy us | of copy |" if has_copy else ""),
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_copy else "")]
     for r in summary["cases"]:
         tuned = (r.get("tuned_pass") or {}).get("quack_tuned_us")
+        copy = f" {f(r.get('copy_us'))} | {f(r.get('speedup_vs_copy'), '{:.3f}')} |" if has_copy else ""
         lines.append(f"| {r['dtype']} | {r['M']} x {r['N']} | {f(r['evolved_us'])} | {f(r['evolved_tbps'], '{:.2f}')} | "
                      f"{f(r['torch_us'])} | {f(r['torch_compile_us'])} | {f(r['quack_plain_us'])} | {f(tuned)} | "
                      f"{f(r['quack_us'])} | {f(r['liger_us'])} | "
-                     f"{f(r['speedup_vs_torch'], '{:.3f}')} | {f(r['speedup_vs_quack'], '{:.3f}')} |")
+                     f"{f(r['speedup_vs_torch'], '{:.3f}')} | {f(r['speedup_vs_quack'], '{:.3f}')} |" + copy)
+    if has_copy:
+        lines += ["", "copy us: x copied into y in the same process (the case's memory roofline, launch included; "
+                      "not an RMSNorm, never verified); of copy = copy us / evolved us, the share of it reached."]
     lines += ["", "| baseline | geomean speedup | min speedup | cases |", "|---|---:|---:|---:|"]
-    for name in SUMMARY_OF:
+    for name in _summary_names(summary):
         lines.append(f"| {name} | {f(summary.get(f'geomean_speedup_vs_{name}'), '{:.3f}')} | "
                      f"{f(summary.get(f'min_speedup_vs_{name}'), '{:.3f}')} | {summary.get(f'cases_vs_{name}', '-')} |")
     return "\n".join(lines) + "\n"

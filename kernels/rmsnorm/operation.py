@@ -223,6 +223,7 @@ class RMSNormOperation(KernelFamily):
             Baseline("quack", lambda: _has("torch") and _has("quack"), _prepare_quack),
             Baseline("quack_tuned", lambda: _has("torch") and _has("quack"), _prepare_quack_tuned),
             Baseline("liger", lambda: _has("torch") and _has("liger_kernel"), _prepare_liger),
+            Baseline("copy", lambda: _has("torch"), _prepare_copy, objective=False),
         ]
 
 
@@ -536,6 +537,28 @@ def _prepare_liger(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun 
     x, w = _torch_inputs(case, device_inputs)
     eps = float(case.params["eps"])
     return BaselineRun(lambda: LigerRMSNormFunction.apply(x, w, eps), _y_only(case))
+
+
+class CopyRoofline:
+    """Not an RMSNorm: x copied into a y of its shape and dtype (a device-to-device copy), i.e. the
+    bytes of the operation less the weight, moved with no arithmetic. Timed beside a kernel on the
+    same case it is that case's attainable memory time, launch and DRAM ramp included, which a
+    1 GiB copy's TB/s is not for a 13 us kernel. It has no `as_outputs`, so the judge does not
+    check its result (y is x, not the norm) and it must never be a run's objective baseline."""
+
+    roofline = True
+
+    def __init__(self, x: Any):
+        self._x = x
+        self._y = _torch().empty_like(x)
+
+    def __call__(self) -> Any:
+        return self._y.copy_(self._x)
+
+
+def _prepare_copy(case: Case, device_inputs: Mapping[str, Any]) -> CopyRoofline:
+    x, _ = _torch_inputs(case, device_inputs)
+    return CopyRoofline(x)
 
 
 def bytes_for(M: int, N: int, dtype: str, weight_dtype: str = "fp32", with_rstd: bool = False) -> int:

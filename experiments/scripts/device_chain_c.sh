@@ -14,7 +14,7 @@ export QUACK_CACHE_DIR=/tmp/quack_cache
 OUT=${OUT:-results/device}
 mkdir -p "$OUT"
 timeout "${BENCH_S:-420}" python3 experiments/scripts/bench_rmsnorm.py --dispatch /root/work/rmsnorm_dispatch.json \
-    --matrix "${MATRIX:-quack:bf16,fp16,fp32}" --baselines "${BASELINES:-torch,torch_compile,quack,liger}" \
+    --matrix "${MATRIX:-quack:bf16,fp16,fp32}" --baselines "${BASELINES:-torch,torch_compile,quack,liger,copy}" \
     --tuned-cases "${TUNED-bf16}" --out "$OUT/rmsnorm_fwd_h200" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; tail -45 "$OUT/bench.log"
 RUN=$(cat /root/work/run_dir)

@@ -130,6 +130,10 @@ class SearchSection:
                                                     "constraints reject is tried again with one of these genes set "
                                                     "to each listed value in turn (e.g. maxrreg = [0]: lift a register "
                                                     "cap the new gene does not fit); the first valid one is kept")
+    seed_genomes: str = _f("", doc="a JSON file of genomes ({\"genomes\": [genome or {\"genome\": genome, ...}]}) "
+                                   "that start the population after the seed_from seeds and their variants, judged "
+                                   "in full: genomes chosen outside the run (e.g. by experiments/scripts/"
+                                   "occupancy_variants.py); path relative to the config file")
     init_within: dict = _f(factory=dict, doc="[search.init_within] gene = [values]: the random genomes of the first "
                                             "population are drawn from this region (mutation then explores the "
                                             "whole space), e.g. staging = ['smem_async', 'smem_bulk']")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from fitness.evaluator import Evaluator
 from fitness.records import Evaluation
 from fitness.replay import ReplayEvaluator
 from genomes import GeneSpace, Genome
+from genomes.space import InvalidGenome
 from evo.config import Config, ConfigError
 from evo.store import StoreError, open_store
 
@@ -50,7 +52,7 @@ def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None
     first the fastest genome of every benchmark case (in case order; a dispatch table's genomes),
     then the rest best first by the metric."""
     if not cfg.search.seed_from:
-        return []
+        return listed_seeds(cfg, space, [], room=cfg.search.ga.population * cfg.search.ga.islands)
     evidence = evidence if evidence is not None else seed_evidence(cfg, space)
     metric = cfg.objective.metric
     scored = sorted((e for e in evidence.evaluations() if e.fitness(metric) is not None and e.space == space.name),
@@ -74,7 +76,52 @@ def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None
             break
         if space.is_valid(e.genome):
             out.append(space.make(e.genome))
-    return out + seed_variants(cfg, space, out, room=cfg.search.ga.population * cfg.search.ga.islands - len(out))
+    room = cfg.search.ga.population * cfg.search.ga.islands
+    out = out + seed_variants(cfg, space, out, room=room - len(out))
+    return out + listed_seeds(cfg, space, out, room=room - len(out))
+
+
+def read_seed_genomes(cfg: Config) -> list[dict]:
+    """The genomes of search.seed_genomes, as written (a file of {"genomes": [...]}, each a genome
+    or an object whose "genome" is one); a clear error naming the field for a bad file."""
+    if not cfg.search.seed_genomes:
+        return []
+    path = cfg.resolve(cfg.search.seed_genomes)
+    where = f"search.seed_genomes: {path}"
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError([f"{where} does not exist (paths are relative to the config file)"], cfg.source) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError([f"{where} is not valid JSON: {exc}"], cfg.source) from None
+    items = data.get("genomes") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ConfigError([f'{where} must hold an object with a "genomes" list'], cfg.source)
+    genomes = [item.get("genome", item) if isinstance(item, dict) else item for item in items]
+    bad = [i for i, g in enumerate(genomes) if not isinstance(g, dict)]
+    if bad:
+        raise ConfigError([f"{where}: entries {bad} are not genomes (objects of gene = value)"], cfg.source)
+    return genomes
+
+
+def listed_seeds(cfg: Config, space: GeneSpace, seeds: Sequence[Genome], room: int) -> list[Genome]:
+    """search.seed_genomes after the other seeds, in file order, skipping duplicates, at most
+    `room`. A genome the space rejects is an error, not skipped: the file was written for this
+    space, and silently dropping a chosen seed would hide a mistake."""
+    out: list[Genome] = []
+    seen = {g.key for g in seeds}
+    for i, raw in enumerate(read_seed_genomes(cfg)):
+        if len(out) >= room:
+            break
+        try:
+            g = space.make(raw)
+        except InvalidGenome as exc:
+            raise ConfigError([f"search.seed_genomes: entry {i} is not valid in gene space "
+                               f"{space.name!r}: {exc}"], cfg.source) from None
+        if g.key not in seen:
+            seen.add(g.key)
+            out.append(g)
+    return out
 
 
 def seed_variants(cfg: Config, space: GeneSpace, seeds: Sequence[Genome], room: int) -> list[Genome]:
@@ -204,6 +251,10 @@ def check_environment(cfg: Config, store_url: str | None = None) -> None:
                             f"versions: {space_versions(family)} (empty: the latest)")
         else:
             problems.extend(region_problems(cfg, load_space(family, version)))
+            try:
+                listed_seeds(cfg, load_space(family, version), [], room=1 << 30)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
     if cfg.evaluator.kind == "gpu":
         from fitness.family import KERNELS_DIR, available_families as kernel_families
 

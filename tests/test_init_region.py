@@ -175,3 +175,46 @@ def test_seed_variants_within_picks_the_seeds_that_get_variants(synthetic_space,
         check_environment(make_config(search={"seed_from": "x.json", "seed_variants": {"unroll": [4]},
                                               "seed_variants_within": {"stagess": [1]}}))
     assert "search.seed_variants_within.stagess" in str(info.value)
+
+
+def _genome(space, **changes):
+    return {**{"vector_bytes": 16, "load_cache": "nc", "streaming_store": True, "threads_per_row": 128,
+               "rows_per_cta": 2, "cluster": 1, "stages": 1, "unroll": 1}, **changes}
+
+
+def test_seed_genomes_follow_the_other_seeds_in_file_order(synthetic_space, synthetic_table, tmp_path):
+    import json
+
+    listed = [_genome(synthetic_space, unroll=2), {"genome": _genome(synthetic_space, unroll=3), "why": "kept"},
+              _genome(synthetic_space, unroll=2)]                                   # a duplicate: once
+    path = tmp_path / "seeds.json"
+    path.write_text(json.dumps({"genomes": listed}))
+    alone = seed_genomes(make_config(search={"seed_genomes": str(path)}), synthetic_space)
+    assert [g["unroll"] for g in alone] == [2, 3]
+    cfg = make_config(search={"seed_from": str(synthetic_table.source), "seed_limit": 2, "seed_genomes": str(path),
+                              "ga": {"population": 3, "offspring": 3}})
+    seeds = seed_genomes(cfg, synthetic_space)
+    assert len(seeds) == 3 and seeds[2]["unroll"] == 2 and seeds[2] == synthetic_space.make(listed[0])  # room: 3
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    ("{", "is not valid JSON"),
+    ('{"genome": []}', 'must hold an object with a "genomes" list'),
+    ('{"genomes": [3]}', r"entries \[0\] are not genomes"),
+    ('{"genomes": [{"unroll": 9}]}', "entry 0 is not valid in gene space"),
+])
+def test_a_bad_seed_genomes_file_is_a_config_error_naming_the_field(synthetic_space, tmp_path, content, message):
+    path = tmp_path / "seeds.json"
+    if content is not None:
+        path.write_text(content)
+    cfg = make_config(search={"seed_genomes": str(path)})
+    with pytest.raises(ConfigError, match="search.seed_genomes") as info:
+        seed_genomes(cfg, synthetic_space)
+    assert info.match(message)
+
+
+def test_check_environment_reports_a_bad_seed_genomes_file_before_the_run(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        check_environment(make_config(search={"seed_genomes": str(tmp_path / "none.json")}))
+    assert "search.seed_genomes" in str(info.value) and "does not exist" in str(info.value)

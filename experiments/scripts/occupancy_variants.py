@@ -31,6 +31,21 @@ sys.path.insert(0, str(ROOT))
 CHANGES = {"weight_batch": (2, 4, 8), "weight_pipeline": (True,)}
 
 
+def parse_changes(text: str) -> dict[str, tuple]:
+    """'weight_batch=2,weight_batch=4,weight_pipeline=true' -> {gene: values}; genes outside CHANGES
+    are refused (only the register-hungry genes are this script's question)."""
+    out: dict[str, tuple] = {}
+    for item in (t for t in text.split(",") if t):
+        gene, sep, raw = item.partition("=")
+        if not sep or gene not in CHANGES:
+            raise SystemExit(f"--changes: {item!r} is not GENE=VALUE with GENE one of {sorted(CHANGES)}")
+        value = raw.lower() == "true" if gene == "weight_pipeline" else int(raw)
+        if value not in CHANGES[gene]:
+            raise SystemExit(f"--changes: {gene} takes {CHANGES[gene]}, not {raw!r}")
+        out[gene] = out.get(gene, ()) + (value,)
+    return out
+
+
 def served_cases(entry: dict, cases: list) -> list:
     """The benchmark cases a dispatch entry serves (its dtype, N in [n_min, n_max])."""
     hi = entry["n_max"] if entry["n_max"] is not None else float("inf")
@@ -66,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--cache-dir", default=".cache/evo-compile")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--changes", default="", help="only these one-gene changes, e.g. weight_batch=2,weight_pipeline=true "
+                                                  "(default: weight_batch 2/4/8 and weight_pipeline on)")
     args = ap.parse_args(argv)
+    changes = parse_changes(args.changes) if args.changes else CHANGES
 
     from fitness.compile import Compiler
     from fitness.family import load_family
@@ -97,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = by_key[key]["artifacts"].get("resources")
         presources = json.loads(raw) if isinstance(raw, str) else raw
         base = warps(family, parent, served, presources)
-        for gene, values in CHANGES.items():
+        for gene, values in changes.items():
             for value in values:
                 if parent[gene] == value or (gene == "weight_batch" and value < parent[gene]):
                     continue

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from evo.analysis import RunFrames, one_gene_occupancy, one_gene_pairs, one_gene_summary, operator_table
+from evo.analysis import RunFrames, case_occupancy, one_gene_occupancy, one_gene_pairs, one_gene_summary, operator_table
 from evo.dispatch import build_dispatch
 from fitness.records import CaseResult, Evaluation, Status
 
@@ -136,6 +136,24 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path
                          len(e.cases), sp])
         lines += _table(["dtype", "N range", "genome key", "cases", f"geomean speedup vs {baseline}"], rows,
                         "---|---|---|---:|---:") + [""]
+        occ = case_occupancy(frames)
+        if not occ.empty:
+            occ = occ.set_index(["key", "case"])
+            tb = frames.cases.set_index(["key", "case"])
+            per_case = []
+            for e in entries:
+                for case in sorted(e.cases, key=lambda c: (c.split("/")[0], int(c.rsplit("x", 1)[1]))):
+                    if (e.key, case) not in occ.index or (e.key, case) not in tb.index:
+                        continue
+                    o, c = occ.loc[(e.key, case)], tb.loc[(e.key, case)]
+                    per_case.append([case, f"`{e.key[:8]}`", c["time_us"], c["tbps"], int(o["ctas_per_sm"]),
+                                     int(o["warps_per_sm"]), o["occupancy_limit"]])
+            if per_case:
+                lines += ["### Its cases: resident CTAs and warps per SM", "",
+                          "From the launch the genome makes for the case and the registers ptxas reported "
+                          "(fitness.occupancy); 'bound by' names the resource that stops one more CTA.", ""]
+                lines += _table(["case", "genome", "time us", "TB/s", "CTAs per SM", "warps per SM", "bound by"],
+                                per_case, "---|---|---:|---:|---:|---:|---") + [""]
 
     ops = operator_table(frames)
     if not ops.empty:

@@ -201,6 +201,7 @@ def test_write_report(dump_frames, tmp_path):
     assert all(e["key"] in text for e in dispatch["entries"])
     assert "## One-gene differences" in text and "| weight_pipeline | False | True | 3 | 0.8423 | 0 | 3 |" in text
     assert "### By resident warps" in text and "| weight_batch | 2 | 4 | same | 14 | 1.044 | 14 | 0 |" in text
+    assert "### Its cases: resident CTAs and warps per SM" in text and "| fp32/8192x262144 | `57057879` | 4885 | 3.517 | 3 | 24 | shared memory |" in text
     for name in plots.ALL:
         png = tmp_path / "rep" / f"{name}.png"
         assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG" and f"]({name}.png)" in text

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             calls.append({"impl": impl, "case": f"{dtype}/{m}x{n}", "fn": fn})
     order = []
     torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
+    torch.cuda.profiler.start()               # cudaProfilerStart: ncu --profile-from-start off begins here
     for c in calls:
         for r in range(args.repeats):
             label = call_label(c["impl"], c["case"], r)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()              # one call's kernels at a time, in this order
             order.append({"impl": c["impl"], "case": c["case"], "repeat": r, "label": label})
-    torch.cuda.cudart().cudaProfilerStop()
+    torch.cuda.profiler.stop()
     Path(args.order).write_text(json.dumps(order, indent=1))
     print(f"profiled {len(order)} calls: {len(calls)} (implementation, case) x {args.repeats}", file=sys.stderr)
     return 0

@@ -373,24 +373,27 @@ def case_occupancy(frames: RunFrames) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=OCCUPANCY_COLUMNS).drop_duplicates(["key", "case"])
 
 
-def one_gene_occupancy(frames: RunFrames, pairs: pd.DataFrame | None = None,
-                       baseline: str | None = None, tolerance: float = 0.005) -> pd.DataFrame:
+def one_gene_occupancy(frames: RunFrames, pairs: pd.DataFrame | None = None, baseline: str | None = None,
+                       tolerance: float = 0.005, occupancy: pd.DataFrame | None = None) -> pd.DataFrame:
     """The one-gene pairs' per-case ratios (b's speedup over a's), grouped by what the gene did
     to the resident warps of that case: fewer, same or more. A gene that only costs registers
     shows up as 'fewer' with a low median and 'same' with a high one (session 6: weight_batch)."""
     columns = ["gene", "value_a", "value_b", "warps", "cases", "median_ratio", "better", "worse"]
     pairs = one_gene_pairs(frames, baseline) if pairs is None else pairs
-    occ = case_occupancy(frames)
+    occ = case_occupancy(frames) if occupancy is None else occupancy
     if pairs.empty or occ.empty:
         return pd.DataFrame(columns=columns)
     base = baseline or frames.run.get("baseline") or "torch"
     col = f"speedup.{base}"
     ok = frames.cases[frames.cases["status"] == "OK"]
     speed = {(k, c): v for k, c, v in zip(ok["key"], ok["case"], ok[col])}
+    cases_of: dict[str, list[str]] = {}
+    for k, c in speed:
+        cases_of.setdefault(k, []).append(c)
     warps = {(k, c): w for k, c, w in zip(occ["key"], occ["case"], occ["warps_per_sm"])}
     groups: dict[tuple, list[float]] = {}
     for gene, va, vb, a, b in zip(pairs["gene"], pairs["value_a"], pairs["value_b"], pairs["key_a"], pairs["key_b"]):
-        for case in {c for (k, c) in speed if k == a}:
+        for case in cases_of.get(a, ()):
             sa, sb = speed.get((a, case)), speed.get((b, case))
             wa, wb = warps.get((a, case)), warps.get((b, case))
             if None in (sa, sb, wa, wb) or not sa or not sb or math.isnan(sa) or math.isnan(sb):

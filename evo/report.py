@@ -121,6 +121,7 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path
                     lines.append(f"Geomean speedup vs {b} over these {len(cases)} cases: {gm:.4g}x.")
             lines.append("")
 
+    occupancy = case_occupancy(frames)       # per (genome, case): resident CTAs and warps per SM
     lines += ["## Dispatch table", ""]
     baseline = run.get("baseline") or (frames.baselines[0] if frames.baselines else "torch")
     entries = build_dispatch(_evaluations(frames), baseline=baseline)
@@ -136,9 +137,8 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path
                          len(e.cases), sp])
         lines += _table(["dtype", "N range", "genome key", "cases", f"geomean speedup vs {baseline}"], rows,
                         "---|---|---|---:|---:") + [""]
-        occ = case_occupancy(frames)
-        if not occ.empty:
-            occ = occ.set_index(["key", "case"])
+        if not occupancy.empty:
+            occ = occupancy.set_index(["key", "case"])
             tb = frames.cases.set_index(["key", "case"])
             per_case = []
             for e in entries:
@@ -172,7 +172,7 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path
         lines += _table(["gene", "a", "b", "pairs", "median ratio b/a", "better", "worse"],
                         [[r.gene, r.value_a, r.value_b, r.pairs, r.median_ratio, r.better, r.worse]
                          for r in summary.itertuples()], "---|---|---|---:|---:|---:|---:") + [""]
-        by_warps = one_gene_occupancy(frames, pairs, baseline)
+        by_warps = one_gene_occupancy(frames, pairs, baseline, occupancy=occupancy)
         if not by_warps.empty:
             lines += ["### By resident warps", "",
                       "The same pairs case by case, grouped by what the gene did to the warps one SM holds "

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         spills = any(r.spill_bytes or r.stack_frame_bytes for r in res.resources.values())
         return None if spills else {k: r.to_dict() for k, r in res.resources.items()}
 
-    groups = []                           # (parent key, parent, served cases, its warps, gene, value)
+    groups = []          # (parent key, parent, served cases, their warps, parent's resources, gene, value)
     for key, served in parents.items():
         parent = space.make(by_key[key]["genome"])
         raw = by_key[key]["artifacts"].get("resources")
@@ -151,13 +151,12 @@ def main(argv: list[str] | None = None) -> int:
             "budget": budget, "compiles": n, "registers": max(r["registers"] for r in resources.values()),
             "parent_registers": max(r["registers"] for r in presources.values()),
             "warps": {c: [base[c], got[c]] for c in base}})
-    tried = [None] * sum(o[3] for o in outcomes)
     genomes = list({v["key"]: v for v in chosen}.values())
     out = {"command": "python3 experiments/scripts/" + Path(__file__).name + " " + " ".join(argv or sys.argv[1:]),
            "why": "one-gene variants (weight_batch, weight_pipeline) of the dispatch genomes that keep, on every "
                   "case the table gives the parent, at least the parent's resident warps per SM (ptxas registers, "
                   "compiled without spills)",
-           "tried": len(groups), "compiles": len(tried), "genomes": genomes}
+           "tried": len(groups), "compiles": sum(o[3] for o in outcomes), "genomes": genomes}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1, default=str))
     print(f"{len(genomes)} variants keep their parents' warps -> {args.out}", file=sys.stderr)

@@ -348,7 +348,7 @@ def case_occupancy(frames: RunFrames) -> pd.DataFrame:
     evaluations that recorded a ptxas report and cases the genome can launch; empty when the run's
     family is not in this checkout."""
     from fitness.family import Case, load_family
-    from fitness.occupancy import launch_occupancy
+    from fitness.occupancy import case_occupancy as occupancy_of
 
     try:
         family = load_family(frames.run["family"])
@@ -363,10 +363,9 @@ def case_occupancy(frames: RunFrames) -> pd.DataFrame:
         resources = json.loads(raw) if isinstance(raw, str) else raw
         for c in ev.cases:
             try:
-                launch = family.launch(ev.genome, Case(c.case, dict(c.params)))
-            except Exception:  # noqa: BLE001 - a genome of an older space the family no longer renders
-                launch = None
-            occ = launch_occupancy(launch, resources) if launch is not None else None
+                occ = occupancy_of(family, ev.genome, Case(c.case, dict(c.params)), resources)
+            except Exception:  # noqa: BLE001 - a genome of an older space the family no longer launches
+                occ = None
             if occ is not None:
                 rows.append({"key": rec.key, "case": c.case, "ctas_per_sm": occ.ctas, "warps_per_sm": occ.warps,
                              "occupancy_limit": occ.limit})

@@ -81,3 +81,11 @@ def launch_occupancy(launch: Any, resources: Mapping[str, Any], limits: SmLimits
     get = report.get if isinstance(report, Mapping) else (lambda k, d=0: getattr(report, k, d))
     threads = launch.block[0] * launch.block[1] * launch.block[2]
     return resident(threads, int(get("registers", 0)), int(get("shared_bytes", 0)) + int(launch.shared_bytes), limits)
+
+
+def case_occupancy(family: Any, genome: Any, case: Any, resources: Mapping[str, Any],
+                   limits: SmLimits = SM90) -> Occupancy | None:
+    """The occupancy of the launch `family` makes for `genome` on `case`; None when the genome
+    cannot run the case or the report lacks its kernel."""
+    launch = family.launch(genome, case)
+    return launch_occupancy(launch, resources, limits) if launch is not None else None

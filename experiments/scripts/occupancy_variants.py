@@ -62,14 +62,10 @@ def budgets(genome: dict) -> list[dict]:
 
 
 def warps(family, genome, cases, resources) -> dict[str, int]:
-    from fitness.occupancy import launch_occupancy
+    from fitness.occupancy import case_occupancy
 
-    out = {}
-    for c in cases:
-        launch = family.launch(genome, c)
-        occ = launch_occupancy(launch, resources) if launch is not None else None
-        out[c.id] = occ.warps if occ is not None else 0
-    return out
+    occ = {c.id: case_occupancy(family, genome, c, resources) for c in cases}
+    return {cid: o.warps if o is not None else 0 for cid, o in occ.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from tests.conftest import REPO
 spec = importlib.util.spec_from_file_location("occupancy_variants", REPO / "experiments" / "scripts" / "occupancy_variants.py")
 ov = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ov)
-RUN = REPO / "results" / "rmsnorm_fwd_h200_run.json"
+RUN = REPO / "results" / "session6" / "rmsnorm_fwd_h200_run.json"   # the run the variants were drawn from
 
 
 def test_budgets_start_with_the_genomes_own_and_never_repeat():
@@ -38,7 +38,7 @@ def test_a_variant_is_kept_only_where_ptxas_leaves_the_served_cases_their_warps(
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
     run = json.loads(RUN.read_text())
-    entries = [e for e in json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())["entries"]
+    entries = [e for e in json.loads((REPO / "results" / "session6" / "rmsnorm_dispatch.json").read_text())["entries"]
                if e["key"].startswith("b68e7bbe")]
     (tmp_path / "d.json").write_text(json.dumps({"entries": entries}))
     out = tmp_path / "v.json"

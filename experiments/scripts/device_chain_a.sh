@@ -5,8 +5,8 @@
 #      (SIGINT after SEARCH_S: the run is resumed in call B). QuACK's first wheel part is parked.
 #   B  device_chain_b.sh: QuACK installed, the search resumed to its wall budget, dump + dispatch.
 #   C  device_chain_c.sh: the final table beside every baseline, the exported package checked.
-#   Carry: A .whl .whlq1; B .whlq2; C .whlq3 (64 MiB per call with the working tree, 14.7 MB in
-#   session 5: .whl and .whlq2 together no longer fit; B and C find .whl installed by A while the
+#   Carry: A .whl .whlq1; B .whlq2; C .whlq3 (64 MiB per call with the working tree, 18 MiB in
+#   session 7: .whl and .whlq2 together no longer fit; B and C find .whl installed by A while the
 #   machine stays warm, and install_wheels skips it).
 set -o pipefail
 . experiments/scripts/device_lib.sh

@@ -1,7 +1,9 @@
 # Shared steps of the device scripts (source it: `. experiments/scripts/device_lib.sh`).
 # The device has no network: wheels travel in the call's `carry` (.whl/, and QuACK's in .whlq1/,
 # .whlq2/ and .whlq3/ over three back-to-back calls: a call carries at most 64 MiB with the working
-# tree, and the 92 MB cutlass wheel is split in parts .part00, .part01, .part02).
+# tree, and the 92 MB cutlass wheel is split in parts .part00, .part01, .part02: since session 7
+# `split -b 36M -d -a 2 WHEEL WHEEL.part` puts 36 MiB in .whlq1 and .whlq2 and the rest in .whlq3,
+# so that call A's .whl + .whlq1 fit beside an 18 MiB tree).
 
 # the project's dependencies from .whl/ into /tmp/site
 install_wheels() {

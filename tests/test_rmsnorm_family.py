@@ -348,11 +348,11 @@ def test_grid_fit_sizes_the_persistent_grid_to_the_resident_ctas():
 
 def test_space_versions_keep_recorded_genomes():
     from genomes import load_space
-    from genomes.rmsnorm import SPACE_V1, SPACE_V2, SPACE_V3, SPACE_V4
+    from genomes.rmsnorm import SPACE_V1, SPACE_V2, SPACE_V3, SPACE_V4, SPACE_V5
     from genomes.registry import space_versions
-    assert load_space("rmsnorm") is SPACE_V4 and load_space("rmsnorm", "v1") is SPACE_V1
-    assert space_versions("rmsnorm") == ["v1", "v2", "v3", "v4"]
-    with pytest.raises(LookupError, match="versions: \\['v1', 'v2', 'v3', 'v4'\\]"):
+    assert load_space("rmsnorm") is SPACE_V5 and load_space("rmsnorm", "v1") is SPACE_V1
+    assert space_versions("rmsnorm") == ["v1", "v2", "v3", "v4", "v5"]
+    with pytest.raises(LookupError, match="versions: \\['v1', 'v2', 'v3', 'v4', 'v5'\\]"):
         load_space("rmsnorm", "v0")
     old = SPACE_V1.sample(random.Random(5))
     assert SPACE_V2.make(dict(old)).key == old.key                # a v1 genome under v2: same key
@@ -364,6 +364,29 @@ def test_space_versions_keep_recorded_genomes():
     if SPACE_V4.is_valid(dict(v3)):
         assert SPACE_V4.make(dict(v3)).key == v3.key and SPACE_V4.make(dict(v3))["weight_pipeline"] is False
         assert FAMILY.render(SPACE_V4.make(dict(v3))) == FAMILY.render(v3)
+    v4 = SPACE_V4.sample(random.Random(8))                         # v5 only widens cta_threads
+    assert SPACE_V5.make(dict(v4)).key == v4.key and FAMILY.render(SPACE_V5.make(dict(v4))) == FAMILY.render(v4)
+    assert 32 not in SPACE_V4.gene("cta_threads").values() and 32 in SPACE_V5.gene("cta_threads").values()
+
+
+def test_v5_one_warp_ctas_give_torch_compiles_short_row_geometry(tmp_path):
+    """Session 7's Nsight Compute pass: on bf16 32768 x 256 torch.compile ran CTAs of 32 threads,
+    8 per row, 4 rows each (8192 CTAs) and was fastest; v5 can express exactly that launch, and
+    the one-warp kernels compile without spills."""
+    from genomes.rmsnorm import SPACE_V5
+    g = SPACE_V5.make({**dict(DEFAULT), "cta_threads": 32, "chunks": 4, "cluster": 1, "spread_rows": False})
+    launch = FAMILY.launch(g, FAMILY.make_case(32768, 256, "bf16"))
+    assert launch.block == (8, 4, 1) and launch.grid == (8192, 1, 1)
+    launch = FAMILY.launch(g, FAMILY.make_case(32768, 1024, "bf16"))     # torch.compile's 1024: 32768 x 32
+    assert launch.block == (32, 1, 1) and launch.grid == (32768, 1, 1)
+    with pytest.raises(Exception, match="cluster_needs_wide_ctas"):   # a cluster still needs 128 threads
+        SPACE_V5.make({**dict(g), "cluster": 8})
+    if shutil.which("nvcc") is None:
+        return
+    from fitness.compile import Compiler
+    res = Compiler(tmp_path).compile(FAMILY.render(g), FAMILY.compile_flags(g))
+    assert res.ok and all(r.spill_store_bytes == 0 and r.spill_load_bytes == 0 for r in res.resources.values()), res.log
+    assert "__launch_bounds__(32" in FAMILY.render(g) or "RMS_CTA_THREADS 32" in FAMILY.render(g)
 
 
 def test_weight_batch_issues_the_loads_of_several_vectors_before_the_stores(tmp_path):
@@ -418,7 +441,8 @@ def test_recorded_genomes_render_the_source_the_judge_compiled():
     from fitness.compile import compile_key
     from genomes.rmsnorm import SPACES
     checked = 0
-    for path in ("results/rmsnorm_fwd_h200_run.json", "results/session5/rmsnorm_fwd_h200_run.json",
+    for path in ("results/rmsnorm_fwd_h200_run.json", "results/session6/rmsnorm_fwd_h200_run.json",
+                 "results/session5/rmsnorm_fwd_h200_run.json",
                  "results/session4/rmsnorm_fwd_h200_run.json",
                  "results/session3/rmsnorm_fwd_h200_run.json"):
         run = json.loads((ROOT / path).read_text())

@@ -270,6 +270,12 @@ WEIGHT_PIPELINE_NEEDS = implies("weight_pipeline_needs_smem_batches", ("weight_p
                                 "smem staging and weight_batch > 1")
 
 
+def _batch_words(v: Mapping[str, Any]) -> int:
+    """Registers a batch of weight_batch vectors holds: the weight (twice x's words for 16-bit x
+    with fp32 weight), and x too where a register kernel re-reads it with the batch."""
+    return v.get("weight_batch", 1) * v["vec_bytes"] // 4 * (2 + (v["staging"] == "regs"))
+
+
 def register_demand_v4(v: Mapping[str, Any]) -> int:
     """v3's estimate, recalibrated on ptxas reports: a persistent register kernel's batch of 4 or
     more counts twice (session 5); a batch of 8 holds x too (32-byte vectors: a register kernel
@@ -282,7 +288,7 @@ def register_demand_v4(v: Mapping[str, Any]) -> int:
     wb = v.get("weight_batch", 1)
     if wb <= 1:
         return demand
-    batch = wb * v["vec_bytes"] // 4 * (2 + (v["staging"] == "regs"))
+    batch = _batch_words(v)
     if v["staging"] == "regs" and v["persistent"] and wb >= 4:
         demand += batch
     elif wb >= 8:             # x of the batch held too: regs 32-byte vectors used 255 + spills where
@@ -323,9 +329,8 @@ def register_demand_v5(v: Mapping[str, Any]) -> int:
     CTAs per SM) used 128 registers and spilled 88 bytes where v4 said 114 (session 5 had seen
     1 of 7 such batches of 2 spill under a 128-register cap)."""
     demand = register_demand_v4(v)
-    wb = v.get("weight_batch", 1)
-    if v["staging"] == "regs" and v["persistent"] and wb == 2 and v["vec_bytes"] == 32:
-        demand += wb * v["vec_bytes"] // 4 * 3
+    if v["staging"] == "regs" and v["persistent"] and v.get("weight_batch", 1) == 2 and v["vec_bytes"] == 32:
+        demand += _batch_words(v)
     return demand
 
 

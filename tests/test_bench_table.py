@@ -121,3 +121,25 @@ def test_the_copy_roofline_is_never_a_speedup_baseline():
     for kw in ({"baseline": "copy"}, {"metric": "geomean_speedup@copy"}):
         with pytest.raises(ValueError, match="'copy' of family 'rmsnorm' is a reference"):
             GPUEvaluator("rmsnorm", SPACE, **kw)
+
+
+def test_the_table_says_which_tuned_figures_came_from_quacks_autotune_cache(tmp_path, monkeypatch):
+    """QuACK keeps each shape's autotuning in QUACK_CACHE_DIR/<hash>/rmsnorm_fwd_tuned.autotune.json
+    and does not autotune a shape it finds there; the device scripts carry that cache between
+    sessions, so the table counts the entries before and after the pass and says so."""
+    assert bench_rmsnorm.quack_autotune_entries(str(tmp_path / "none")) == 0
+    for h in ("AAAA", "BBBB"):
+        (tmp_path / h).mkdir()
+        (tmp_path / h / "rmsnorm_fwd_tuned.autotune.json").write_text("{}")
+    (tmp_path / "AAAA" / "kernel.o").write_text("")
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(tmp_path))
+    assert bench_rmsnorm.quack_autotune_entries() == 2
+    table = {"gpu": "H200", "command": "main", "versions": {}, "cases": [_table_row("fp16", 256, "b", 10.0, 10.2)],
+             "quack_autotune_cache": {"dir": str(tmp_path), "entries_at_start": 0, "entries_now": 8}}
+    later = {"command": "tuned fp16", "quack_autotune_cache": {"dir": "/tmp/q", "entries_at_start": 16, "entries_now": 16},
+             "cases": [_table_row("fp16", 256, "b", 10.4, 10.3, {"evolved_us": 10.4, "quack_tuned_us": 9.88})]}
+    text = bench_rmsnorm.markdown(bench_rmsnorm.merge_tuned(table, [later]))
+    assert "QuACK's autotune cache (this pass): 0 shapes on disk at the start, 8 at the end" in text
+    assert "QuACK's autotune cache (the merged tuned pass): 16 shapes on disk at the start, 16 at the end" in text
+    assert "autotune cache" not in bench_rmsnorm.markdown(bench_rmsnorm.summarize(
+        {"gpu": "H200", "command": "c", "versions": {}, "cases": [_table_row("fp16", 256, "b", 10.0, 10.2)]}))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -91,6 +92,16 @@ def case_rows(entries, results: dict) -> dict[str, dict]:
             if lookup(entries, dt, n).key == key:
                 rows[cr.case] = {"key": key, "cr": cr}
     return rows
+
+
+def quack_autotune_entries(cache_dir: str | None = None) -> int:
+    """Shapes whose autotuning QuACK has on disk: its autotuner writes each shape's timings to
+    QUACK_CACHE_DIR/<hash of version, shape, configs>/<function>.autotune.json and, where the file
+    exists, takes its choice from there instead of autotuning again (quack/autotuner.py,
+    check_disk_cache). Counted before and after a pass, it says which tuned figures were autotuned
+    in the pass and which came from an earlier one's cache (device_lib.sh restores it)."""
+    root = cache_dir if cache_dir is not None else os.environ.get("QUACK_CACHE_DIR", "")
+    return len(list(Path(root).rglob("*.autotune.json"))) if root and Path(root).is_dir() else 0
 
 
 def table_row(key, cr, tuned=None) -> dict:
@@ -168,6 +179,7 @@ def main() -> int:
         main_rows = case_rows(entries, time_dispatch(ev, entries, genomes, wanted))
         device = ev.describe().get("device")
     tuned_rows: dict[str, dict] = {}
+    autotune = {"dir": os.environ.get("QUACK_CACHE_DIR") or None, "entries_at_start": quack_autotune_entries()}
 
     def publish(final: bool) -> None:
         cases = [table_row(v["key"], v["cr"], tuned_rows.get(cid)) for cid, v in main_rows.items()]
@@ -175,7 +187,8 @@ def main() -> int:
         summary = {"gpu": device, "versions": versions(), "command": " ".join(["python", *sys.argv]),
                    "dispatch": args.dispatch, "matrix": args.matrix, "cases_asked": args.cases or "all",
                    "tuned_cases_asked": sorted(tuned_ids), "tuned_cases": sorted(tuned_rows),
-                   "complete": final, "seconds": time.time() - t0, "cases": cases}
+                   "complete": final, "seconds": time.time() - t0,
+                   "quack_autotune_cache": {**autotune, "entries_now": quack_autotune_entries()}, "cases": cases}
         write_outputs(summarize(summary), args.out, quiet=not final)
 
     publish(final=not tuned_ids)          # the main pass is on disk before QuACK's autotuning starts
@@ -242,6 +255,8 @@ def merge_tuned(summary: dict, others: list[dict]) -> dict:
             with_tuned_pass(r, tp)
             merged.append(f"{o['dtype']}/{o['M']}x{o['N']}")
         summary.setdefault("tuned_commands", []).append(other.get("command"))
+        if other.get("quack_autotune_cache"):
+            summary.setdefault("tuned_autotune_caches", []).append(other["quack_autotune_cache"])
     summary["tuned_cases"] = sorted(set(summary.get("tuned_cases", [])) | set(merged))
     return summarize(summary)
 
@@ -254,6 +269,11 @@ def markdown(summary: dict) -> str:
     lines = [f"# RMSNorm forward on {summary['gpu']}", "", f"Command: `{summary['command']}`", ""]
     for cmd in summary.get("tuned_commands", []):
         lines += [f"QuACK autotuned pass: `{cmd}`", ""]
+    for name, cache in ([("this pass", summary["quack_autotune_cache"])] if summary.get("quack_autotune_cache") else []) + \
+            [("the merged tuned pass", c) for c in summary.get("tuned_autotune_caches", [])]:
+        lines += [f"QuACK's autotune cache ({name}): {cache['entries_at_start']} shapes on disk at the start, "
+                  f"{cache['entries_now']} at the end; a shape found there is not autotuned again (QuACK times the "
+                  "choice its autotuner made in an earlier process on this GPU).", ""]
     lines += [f"Versions: {json.dumps(summary['versions'])}", "",
               "QuACK us = the faster of QuACK's plain path and its autotuned path (where the tuned path "
               f"was timed: {len(summary.get('tuned_cases', []))} cases), on the evolved kernel's scale; every "

@@ -10,13 +10,14 @@ install_wheels || exit 1
 install_quack            # the third part (.whlq3/) completes the cutlass wheel parked by calls A and B
 device_pythonpath
 python3 -c "import quack.rmsnorm, liger_kernel; print('quack and liger import')" 2>&1 | tail -1
-export QUACK_CACHE_DIR=/tmp/quack_cache
 OUT=${OUT:-results/device}
 mkdir -p "$OUT"
+quack_autotune_restore
 timeout "${BENCH_S:-420}" python3 experiments/scripts/bench_rmsnorm.py --dispatch /root/work/rmsnorm_dispatch.json \
     --matrix "${MATRIX:-quack:bf16,fp16,fp32}" --baselines "${BASELINES:-torch,torch_compile,quack,liger,copy}" \
     --tuned-cases "${TUNED-bf16}" --out "$OUT/rmsnorm_fwd_h200" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; tail -45 "$OUT/bench.log"
+quack_autotune_save
 RUN=$(cat /root/work/run_dir)
 timeout "${EXPORT_S:-150}" bash experiments/scripts/export_check.sh "$RUN" "$OUT" "$OUT/rmsnorm_fwd_h200.json" 2>&1 | tail -30
 if [ "${DIAG_S:-90}" -gt 0 ] && [ -d /tmp/pkgsite ]; then

@@ -38,6 +38,22 @@ install_quack() {
         && echo "QuACK installed" || echo "QuACK wheels did not install"
 }
 
+# QuACK's autotuner keeps each shape's timings in $QUACK_CACHE_DIR/<hash>/<fn>.autotune.json and
+# does not autotune a shape it finds there (23-29 s per shape otherwise). results/quack_autotune/
+# holds what an earlier session's passes wrote on this GPU (bench_rmsnorm.py counts the entries
+# before and after each pass, and the table says so); restore it before a pass, save after.
+quack_autotune_restore() {
+    export QUACK_CACHE_DIR=${QUACK_CACHE_DIR:-/tmp/quack_cache}
+    mkdir -p "$QUACK_CACHE_DIR"
+    [ -d results/quack_autotune ] && cp -rn results/quack_autotune/. "$QUACK_CACHE_DIR"/
+    echo "QuACK autotune cache: $(find "$QUACK_CACHE_DIR" -name '*.autotune.json' | wc -l) shapes in $QUACK_CACHE_DIR"
+}
+quack_autotune_save() {    # into $OUT/quack_autotune/ (commit it as results/quack_autotune/)
+    [ -d "${QUACK_CACHE_DIR:-}" ] || return 0
+    mkdir -p "$OUT/quack_autotune"
+    (cd "$QUACK_CACHE_DIR" && find . -name '*.autotune.json' -print0 | xargs -0 -r cp --parents -t "$OUT/quack_autotune")
+}
+
 # PYTHONPATH for the repo, the carried wheels and (when installed) cutlass's DSL packages
 device_pythonpath() {
     export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1

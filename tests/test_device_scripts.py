@@ -1,0 +1,44 @@
+"""The device scripts (experiments/scripts/*.sh) run only on the GPU machine, one call at a time;
+what can be checked here is checked here: they parse, and the helpers that carry state between
+sessions (QuACK's autotune cache) do what the docs say."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO
+
+SCRIPTS = sorted((REPO / "experiments" / "scripts").glob("*.sh"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_device_script_parses(script):
+    res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_quacks_autotune_cache_is_restored_from_the_repo_and_saved_to_out(tmp_path):
+    """results/quack_autotune/ -> $QUACK_CACHE_DIR before a pass (entries already there win), and
+    only the *.autotune.json files (not QuACK's compiled objects) -> $OUT/quack_autotune/ after."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash not found")
+    repo = tmp_path / "repo"
+    (repo / "results" / "quack_autotune" / "OLD").mkdir(parents=True)
+    (repo / "results" / "quack_autotune" / "OLD" / "rmsnorm_fwd_tuned.autotune.json").write_text('{"old": 1}')
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    script = f"""
+        . {REPO}/experiments/scripts/device_lib.sh
+        export QUACK_CACHE_DIR={cache} OUT={out}
+        quack_autotune_restore
+        mkdir -p {cache}/NEW && echo '{{}}' > {cache}/NEW/rmsnorm_fwd_tuned.autotune.json && : > {cache}/NEW/kernel.o
+        quack_autotune_save
+    """
+    res = subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "QuACK autotune cache: 1 shapes" in res.stdout
+    saved = sorted(p.relative_to(out / "quack_autotune").as_posix() for p in (out / "quack_autotune").rglob("*") if p.is_file())
+    assert saved == ["NEW/rmsnorm_fwd_tuned.autotune.json", "OLD/rmsnorm_fwd_tuned.autotune.json"]
+    assert (cache / "OLD" / "rmsnorm_fwd_tuned.autotune.json").read_text() == '{"old": 1}'

@@ -317,7 +317,9 @@ SPACE_V4 = GeneSpace(
 #: cannot put 4 rows of 8 threads in a CTA. The template and geometry() already handle a single
 #: warp (RMS_RMAX >= 1; rows of < 32 threads share the warp; clusters keep 32 threads per row).
 #: A changed range changes what sampling draws, which exposed one more register-model miss
-#: (register_demand_v5).
+#: (register_demand_v5). v5 also adds lean_groups: the same test of "row group g exists" without
+#: the division every CTA did before its first load (session 7's SASS of the N = 256 winner:
+#: 63 instructions, a MUFU.RCP among them, before the first LDG; 37 without).
 CTA_THREADS_V5 = PowerOfTwo("cta_threads", low=32, high=1024, group="geometry",
                             doc="threads per CTA (upper bound; __launch_bounds__ first argument); "
                                 "32 (v5): one warp, at most 32 CTAs per SM")
@@ -337,9 +339,12 @@ def register_demand_v5(v: Mapping[str, Any]) -> int:
 REGISTERS_FIT_V5 = require("registers_fit", REGISTERS_FIT_V4.genes,
                            lambda v: register_demand_v5(v) <= register_cap(v),
                            "the data a thread holds must fit its register budget (no spills)")
+LEAN_GROUPS = Flag("lean_groups", group="compile", legacy=False,
+                   doc="row group g exists iff g * R < M (R rows per CTA), instead of g < ceil(M / R): "
+                       "no integer division by the runtime R ahead of each CTA's first load (v5)")
 SPACE_V5 = GeneSpace(
     name="rmsnorm", doc=SPACE_V1.doc,
-    genes=tuple(CTA_THREADS_V5 if g.name == "cta_threads" else g for g in SPACE_V4.genes),
+    genes=tuple(CTA_THREADS_V5 if g.name == "cta_threads" else g for g in SPACE_V4.genes) + (LEAN_GROUPS,),
     constraints=tuple(REGISTERS_FIT_V5 if c.name == "registers_fit" else c for c in SPACE_V4.constraints),
 )
 

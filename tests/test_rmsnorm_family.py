@@ -43,6 +43,12 @@ def _sample(n: int, seed: int) -> list[Genome]:
     return FAM.sample_genomes(n, seed)
 
 
+def _v4(genome: Genome) -> dict:
+    """A genome's genes that space v4 has (v5 adds lean_groups, legacy False)."""
+    from genomes.rmsnorm import SPACE_V4
+    return {k: v for k, v in dict(genome).items() if k in SPACE_V4.names}
+
+
 def _code(src: str) -> str:
     """Rendered source without the descriptive first line (which names every gene)."""
     return src.split("\n", 1)[1]
@@ -397,7 +403,7 @@ def test_weight_batch_issues_the_loads_of_several_vectors_before_the_stores(tmp_
         pytest.skip("nvcc and cuobjdump needed")
     from fitness.compile import Compiler
     from genomes.rmsnorm import SPACE_V4 as SPACE_V3   # v3 genes + legacy v4
-    base = {**dict(DEFAULT), "staging": "smem_async", "load_cache": "default", "cluster": 8, "cta_threads": 256,
+    base = {**_v4(DEFAULT), "staging": "smem_async", "load_cache": "default", "cluster": 8, "cta_threads": 256,
             "chunks": 4, "vec_bytes": 16, "persistent": False, "spread_rows": False, "maxrreg": 0}
     runs = {}
     for wb in (1, 4):
@@ -460,7 +466,7 @@ def test_recorded_genomes_render_the_source_the_judge_compiled():
 
 def test_weight_batch_renders_only_away_from_its_legacy_value():
     from genomes.rmsnorm import SPACE_V4 as SPACE_V3   # v3 genes + legacy v4
-    base = {**dict(DEFAULT), "staging": "smem_async", "load_cache": "default", "persistent": False,
+    base = {**_v4(DEFAULT), "staging": "smem_async", "load_cache": "default", "persistent": False,
             "spread_rows": False}
     legacy, batched = (FAMILY.render(SPACE_V3.make({**base, "weight_batch": wb})) for wb in (1, 4))
     assert "RMS_WBATCH" not in legacy and "kWB" not in legacy and "//@" not in legacy
@@ -475,7 +481,7 @@ def test_weight_pipeline_loads_the_first_batch_before_the_cluster_barrier(tmp_pa
         pytest.skip("nvcc and cuobjdump needed")
     from fitness.compile import Compiler
     from genomes.rmsnorm import SPACE_V4
-    base = {**dict(DEFAULT), "staging": "smem_async", "load_cache": "default", "cluster": 16, "cta_threads": 256,
+    base = {**_v4(DEFAULT), "staging": "smem_async", "load_cache": "default", "cluster": 16, "cta_threads": 256,
             "chunks": 2, "vec_bytes": 16, "persistent": False, "spread_rows": False, "maxrreg": 0,
             "weight_batch": 2}
     before = {}
@@ -491,3 +497,47 @@ def test_weight_pipeline_loads_the_first_batch_before_the_cluster_barrier(tmp_pa
     assert before == {False: 0, True: 2}, before
     with pytest.raises(Exception, match="weight_pipeline_needs_smem_batches"):
         SPACE_V4.make({**base, "weight_batch": 1, "weight_pipeline": True})
+
+
+def test_v5_lean_groups_removes_the_division_before_the_first_load(tmp_path):
+    """lean_groups (v5): "row group g exists" as g * R < M. In the SASS of session 7's N = 256
+    winner (ed8f41a1) the integer division by the runtime row count (MUFU.RCP) that preceded the
+    first LDG is gone and the first load comes earlier; legacy genomes render what they did."""
+    from genomes.rmsnorm import SPACE_V4, SPACE_V5
+    base = {"vec_bytes": 16, "load_cache": "nc_na", "l2_prefetch": "none", "store_cache": "na",
+            "weight_cache": "l2_el", "reread_hint": True, "cta_threads": 64, "chunks": 7, "cluster": 1,
+            "cluster_reduce": "st_async", "persistent": False, "ctas_per_sm": 1, "grid_fit": False,
+            "spread_rows": False, "staging": "regs", "stages": 1, "unroll": 2, "weight_regs": False,
+            "weight_early": False, "weight_batch": 1, "weight_pipeline": False, "rsqrt": "approx",
+            "min_blocks": 1, "maxrreg": 64}
+    legacy, lean = SPACE_V5.make(base), SPACE_V5.make({**base, "lean_groups": True})
+    assert legacy.key == SPACE_V4.make(base).key == "ed8f41a1daee0c283048"
+    assert "RowGroups" not in FAMILY.render(legacy) and "RowGroups" in FAMILY.render(lean)
+    assert FAMILY.launch(lean, FAMILY.make_case(32768, 256, "bf16")) == FAMILY.launch(legacy, FAMILY.make_case(32768, 256, "bf16"))
+    if shutil.which("nvcc") is None or _cuobjdump() is None:
+        pytest.skip("nvcc and cuobjdump needed")
+    from fitness.compile import Compiler
+    before = {}
+    for name, g in (("legacy", legacy), ("lean", lean)):
+        res = Compiler(tmp_path).compile(FAMILY.render(g), FAMILY.compile_flags(g))
+        assert res.ok and all(r.spill_store_bytes == 0 for r in res.resources.values()), res.log
+        sass = subprocess.run([_cuobjdump(), "-sass", "-fun", "rmsnorm_fwd_bf16_fp32", str(res.cubin_path)],
+                              capture_output=True, text=True, check=True).stdout
+        ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+        first = next(i for i, op in enumerate(ops) if op.startswith("LDG"))
+        before[name] = (first, sum(op.startswith("MUFU.RCP") for op in ops[:first]))
+    assert before["legacy"][1] >= 1 and before["lean"][1] == 0, before
+    assert before["lean"][0] <= before["legacy"][0] - 15, before
+
+
+def test_lean_groups_is_the_row_group_count_without_dividing():
+    """g < ceil(M / R) and g * R < M agree for every g the kernels ask about (up to the grid past
+    the last group), in the unsigned arithmetic the template uses."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    for M in [1, 2, 31, 32, 33, 32768, 2**31 - 1, *rng.integers(1, 2**31 - 1, 50).tolist()]:
+        for R in [1, 2, 4, 8, 32, 1024]:
+            groups = -(-M // R)
+            for g in {0, groups - 1, groups, groups + 1, groups + 132 * 32, max(0, groups - 1000)}:   # + a persistent grid
+                lean = (g * R) % 2**32 < M
+                assert lean == (g < groups), (M, R, g)

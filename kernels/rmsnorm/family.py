@@ -430,6 +430,11 @@ EXTREMES: tuple[dict[str, Any], ...] = (
          cluster=1, load_cache="nc", weight_regs=True, maxrreg=64),
     dict(DEFAULT, staging="regs", weight_early=True, chunks=4, cta_threads=256, cluster=4, spread_rows=False,
          store_cache="cs", rsqrt="newton"),
+    # v5: one-warp CTAs (torch.compile's short-row launch) and lean_groups, one-shot and persistent
+    dict(DEFAULT, staging="regs", cta_threads=32, chunks=4, cluster=1, vec_bytes=16, spread_rows=False,
+         lean_groups=True),
+    dict(DEFAULT, staging="smem_async", load_cache="default", persistent=True, ctas_per_sm=8, stages=2,
+         cta_threads=32, chunks=2, cluster=1, vec_bytes=16, lean_groups=True),
 )
 
 

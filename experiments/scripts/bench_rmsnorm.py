@@ -269,8 +269,9 @@ def markdown(summary: dict) -> str:
     lines = [f"# RMSNorm forward on {summary['gpu']}", "", f"Command: `{summary['command']}`", ""]
     for cmd in summary.get("tuned_commands", []):
         lines += [f"QuACK autotuned pass: `{cmd}`", ""]
-    for name, cache in ([("this pass", summary["quack_autotune_cache"])] if summary.get("quack_autotune_cache") else []) + \
-            [("the merged tuned pass", c) for c in summary.get("tuned_autotune_caches", [])]:
+    caches = [("this pass", summary["quack_autotune_cache"])] if summary.get("quack_autotune_cache") else []
+    caches += [("the merged tuned pass", c) for c in summary.get("tuned_autotune_caches", [])]
+    for name, cache in caches:
         lines += [f"QuACK's autotune cache ({name}): {cache['entries_at_start']} shapes on disk at the start, "
                   f"{cache['entries_now']} at the end; a shape found there is not autotuned again (QuACK times the "
                   "choice its autotuner made in an earlier process on this GPU).", ""]

@@ -5,7 +5,9 @@ sessions (QuACK's autotune cache) do what the docs say."""
 from __future__ import annotations
 
 import shutil
+import tarfile
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +24,7 @@ def test_every_device_script_parses(script):
 
 def test_quacks_autotune_cache_is_restored_from_the_repo_and_saved_to_out(tmp_path):
     """results/quack_autotune/ -> $QUACK_CACHE_DIR before a pass (entries already there win), and
-    only the *.autotune.json files (not QuACK's compiled objects) -> $OUT/quack_autotune/ after."""
+    only the *.autotune.json files (not QuACK's compiled objects) -> one archive $OUT/quack_autotune.tgz after."""
     if shutil.which("bash") is None:
         pytest.skip("bash not found")
     repo = tmp_path / "repo"
@@ -39,6 +41,9 @@ def test_quacks_autotune_cache_is_restored_from_the_repo_and_saved_to_out(tmp_pa
     res = subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "QuACK autotune cache: 1 shapes" in res.stdout
-    saved = sorted(p.relative_to(out / "quack_autotune").as_posix() for p in (out / "quack_autotune").rglob("*") if p.is_file())
+    assert "QuACK autotune cache saved: 2 shapes" in res.stdout
+    with tarfile.open(out / "quack_autotune.tgz") as archive:
+        saved = sorted(Path(m.name).as_posix().removeprefix("./") for m in archive.getmembers() if m.isfile())
     assert saved == ["NEW/rmsnorm_fwd_tuned.autotune.json", "OLD/rmsnorm_fwd_tuned.autotune.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["quack_autotune.tgz"]   # one file: the device returns 8 at most
     assert (cache / "OLD" / "rmsnorm_fwd_tuned.autotune.json").read_text() == '{"old": 1}'

@@ -48,10 +48,14 @@ quack_autotune_restore() {
     [ -d results/quack_autotune ] && cp -rn results/quack_autotune/. "$QUACK_CACHE_DIR"/
     echo "QuACK autotune cache: $(find "$QUACK_CACHE_DIR" -name '*.autotune.json' | wc -l) shapes in $QUACK_CACHE_DIR"
 }
-quack_autotune_save() {    # into $OUT/quack_autotune/ (commit it as results/quack_autotune/)
+# One archive, not a folder: the device returns at most 8 files from $OUT (session 8's folder of
+# 24 shapes came back with 2), and QuACK's cache dir also holds ~50 MB of compiled objects that
+# must stay behind. Unpack it here into results/quack_autotune/ and commit that.
+quack_autotune_save() {    # into $OUT/quack_autotune.tgz
     [ -d "${QUACK_CACHE_DIR:-}" ] || return 0
-    mkdir -p "$OUT/quack_autotune"
-    (cd "$QUACK_CACHE_DIR" && find . -name '*.autotune.json' -print0 | xargs -0 -r cp --parents -t "$OUT/quack_autotune")
+    mkdir -p "$OUT"
+    (cd "$QUACK_CACHE_DIR" && find . -name '*.autotune.json' -print0 | tar -czf "$OUT/quack_autotune.tgz" --null -T -)
+    echo "QuACK autotune cache saved: $(tar -tzf "$OUT/quack_autotune.tgz" | grep -c 'autotune.json$') shapes in $OUT/quack_autotune.tgz (tar -xzf it into results/quack_autotune/)"
 }
 
 # PYTHONPATH for the repo, the carried wheels and (when installed) cutlass's DSL packages

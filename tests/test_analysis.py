@@ -91,7 +91,7 @@ def test_dump_frames_hold_the_stored_numbers(dump_frames):
     data = json.loads(DUMP.read_text())
     evs = [Evaluation.from_dict(e) for e in data["evaluations"]]
     ev = dump_frames.evaluations
-    assert len(ev) == len(evs) == 112
+    assert len(ev) == len(evs) == 116
     assert dump_frames.run["metric"] == data["config"]["objective"]["metric"] == "geomean_speedup"
     assert dump_frames.run["baseline"] == "torch" and dump_frames.run["run_id"] == data["run_id"]
     for row, e in zip(ev.itertuples(index=False), evs):
@@ -125,7 +125,7 @@ def test_synthetic_run_dir_frames_equal_the_store(synthetic_run):
 def test_rmsnorm_run_dir_frames_equal_the_store(rmsnorm_run):
     records, _ = stored(rmsnorm_run)
     frames = load_run(rmsnorm_run.path)
-    assert len(frames.evaluations) == len(records) == 112
+    assert len(frames.evaluations) == len(records) == 116
     check_against_records(frames, records, "geomean_speedup")
     assert frames.evaluations["gpu_seconds"].notna().all()
 
@@ -199,8 +199,8 @@ def test_write_report(dump_frames, tmp_path):
     assert "| bf16/32768x256 |" in text and "speedup vs torch" in text
     dispatch = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
     assert all(e["key"] in text for e in dispatch["entries"])
-    assert "## One-gene differences" in text and "| weight_batch | 2 | 8 | 1 | 0.7373 | 0 | 1 |" in text
-    assert "### By resident warps" in text and "| weight_batch | 1 | 2 | same | 39 | 1.027 | 28 | 9 |" in text
+    assert "## One-gene differences" in text and "| lean_groups | False | True | 9 | 0.9934 | 3 | 5 |" in text
+    assert "### By resident warps" in text and "| lean_groups | False | True | same | 279 | 1.001 | 107 | 89 |" in text
     assert "### Its cases: resident CTAs and warps per SM" in text and "| fp32/8192x262144 | `388b6322` | 4507 | 3.812 | 3 | 24 | shared memory |" in text
     for name in plots.ALL:
         png = tmp_path / "rep" / f"{name}.png"
@@ -245,13 +245,13 @@ def test_one_gene_pairs_are_exactly_the_genomes_one_gene_apart(dump_frames):
             diff = [g for g in genes if ev.loc[a, f"gene.{g}"] != ev.loc[b, f"gene.{g}"]]
             if len(diff) == 1:
                 brute.add(frozenset((a, b)))
-    assert {frozenset((a, b)) for a, b in zip(pairs["key_a"], pairs["key_b"])} == brute and len(brute) == 38
+    assert {frozenset((a, b)) for a, b in zip(pairs["key_a"], pairs["key_b"])} == brute and len(brute) == 44
     # the ratio is b's speedup over a's, per case, averaged geometrically
-    row = pairs[(pairs["key_a"] == "b68e7bbea07eaa1c4428") & (pairs["key_b"] == "472c0ff04258da9f330e")].iloc[0]
+    row = pairs[(pairs["key_a"] == "ed8f41a1daee0c283048") & (pairs["key_b"] == "7da12ef80a2327a080b0")].iloc[0]
     cases = dump_frames.cases.set_index(["key", "case"])["speedup.torch"]
-    r = cases.loc["472c0ff04258da9f330e", "fp32/16384x131072"] / cases.loc["b68e7bbea07eaa1c4428", "fp32/16384x131072"]
-    assert (row["gene"], row["value_a"], row["value_b"], row["cases"]) == ("weight_batch", 1, 2, 33)
-    assert row["best_case"] == "fp32/16384x131072" and row["max_ratio"] == pytest.approx(r)
+    r = cases.loc["7da12ef80a2327a080b0", "fp16/16384x131072"] / cases.loc["ed8f41a1daee0c283048", "fp16/16384x131072"]
+    assert (row["gene"], row["value_a"], row["value_b"], row["cases"]) == ("lean_groups", False, True, 33)
+    assert row["best_case"] == "fp16/16384x131072" and row["max_ratio"] == pytest.approx(r)
     assert row["min_ratio"] <= row["ratio"] <= row["max_ratio"]
 
 

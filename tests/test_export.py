@@ -83,7 +83,7 @@ def test_package_has_every_file(exported):
                 f"{PKG}/_geometry.py", f"{PKG}/bench.py", f"{PKG}/dispatch.json", f"{PKG}/provenance.json"):
         assert (root / rel).is_file(), rel
     keys = {e.key for e in _entries()}
-    assert set(exported.kernels) == keys and len(keys) == 23          # the recorded run's table
+    assert set(exported.kernels) == keys and len(keys) == 24          # the recorded run's table
     for k in keys:
         for ext in ("cu", "cubin", "ptx", "json"):
             assert (root / PKG / "kernels" / f"{k}.{ext}").stat().st_size > 0, (k, ext)

@@ -81,3 +81,38 @@ def test_a_failed_evaluation_is_reported_not_averaged(space_and_genomes):
     assert rows[0]["ratios"] == [] and rows[0]["median_ratio"] is None
     assert "a repeat 0: WRONG_RESULT wrong output" in rows[0]["failures"]
     assert "Failures:" in ab_pairs.markdown(rows, "cmd", "dev") and "| - | - | - | 0 |" in ab_pairs.markdown(rows, "cmd", "dev")
+
+
+def test_neighbours_pair_a_genome_with_every_valid_one_step_variant(space_and_genomes):
+    space, genomes = space_and_genomes
+    pairs = ab_pairs.neighbour_pairs("ed8f41a1", genomes, space)
+    base = space.make(genomes["ed8f41a1daee0c283048"])
+    assert len(pairs) == len(space.neighbours(base)) > 10 and all(a == "ed8f41a1" for a, _ in pairs)
+    for _, b in pairs:       # each B parses back to exactly the one-gene variant it names
+        _, g = ab_pairs.parse_genome(b, genomes, space)
+        changed = [k for k in space.names if g[k] != base[k]]
+        assert len(changed) == 1 and f"+{changed[0]}=" in b
+    assert "ed8f41a1+chunks=8" in {b for _, b in pairs} and "ed8f41a1+chunks=4" not in {b for _, b in pairs}
+    with pytest.raises(SystemExit, match="matches no genome"):
+        ab_pairs.neighbour_pairs("zzzz", genomes, space)
+
+
+def test_pairs_are_ranked_by_their_cases_ratios_against_their_own_spread():
+    def row(b, case, ratios):
+        import statistics
+        return {"a": "A", "b": b, "case": case, "ratios": ratios, "median_ratio": statistics.median(ratios),
+                "a_us": [10.0], "b_us": [10.0], "torch_us": [20.0], "failures": []}
+    rows = [row("B1", "c1", [0.97, 0.98, 0.975]), row("B1", "c2", [0.99, 1.0, 0.995]),   # c1 faster beyond spread
+            row("B2", "c1", [1.03, 1.0, 0.97]), row("B2", "c2", [1.02, 1.021, 1.02])]      # c1 noise, c2 slower
+    order = ab_pairs.ranked(rows)
+    assert [b for _, b, *_ in order] == ["B1", "B2"]
+    (_, _, g1, f1, s1), (_, _, g2, f2, s2) = order
+    assert g1 == pytest.approx((0.975 * 0.995) ** 0.5) and (f1, s1) == (1, 0)
+    assert (f2, s2) == (0, 1)
+    text = ab_pairs.markdown(rows, "cmd", "dev")
+    assert "| A | B1 | 0.9849 | 1 | 0 |" in text and "| A | B2 | 1.0100 | 0 | 1 |" in text
+
+
+def test_main_needs_pairs_or_neighbours():
+    with pytest.raises(SystemExit, match="--pairs A:B"):
+        ab_pairs.main(["--run", str(RUN), "--cases", "bf16/32768x256", "--out", "/tmp/x"])

@@ -13,6 +13,14 @@ so such a ratio cannot see a 1-3 % effect. Here both genomes go through the real
 
 A genome is a key (or unique prefix) of the run's evaluations, optionally followed by
 `+gene=value` changes (values as in TOML: true, 16, "regs" or regs).
+
+`--neighbours SPEC[,SPEC...]` pairs each SPEC with every valid genome one gene-step away from it
+(GeneSpace.neighbours: the adjacent values of an ordered gene, every other value of a choice), a
+local sensitivity scan in one process; the markdown then ends with the pairs ranked by ratio:
+
+    python3 experiments/scripts/ab_pairs.py --run results/rmsnorm_fwd_h200_run.json \
+        --neighbours ed8f41a1 --pairs ed8f41a1:ed8f41a1+chunks=4 \
+        --cases bf16/32768x256,bf16/32768x512 --repeats 2 --out $OUT/ab_scan
 """
 from __future__ import annotations
 
@@ -67,6 +75,42 @@ def parse_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def neighbour_pairs(specs: str, genomes: Mapping[str, Mapping], space) -> list[tuple[str, str]]:
+    """(SPEC, SPEC+gene=value) for every valid one-step neighbour of each SPEC's genome."""
+    pairs = []
+    for spec in (s for s in specs.split(",") if s):
+        name, genome = parse_genome(spec, genomes, space)
+        for other in space.neighbours(genome):
+            (gene,) = [k for k in space.names if other[k] != genome[k]]
+            value = other[gene]
+            pairs.append((name, f"{name}+{gene}={json.dumps(value) if not isinstance(value, str) else value}"))
+    if not pairs:
+        raise SystemExit(f"--neighbours: {specs!r} has no valid one-step neighbour")
+    return pairs
+
+
+def ranked(rows: Sequence[dict]) -> list[tuple[str, str, float, int, int]]:
+    """Each pair's cases summarised: (A, B, geomean of the cases' median ratios, cases where B is
+    faster by more than the pair's own spread, cases where it is slower by more), fastest B first.
+    The spread of a case is max - min of its ratios: a 1 % move inside a 2 % spread is noise."""
+    import math
+
+    by_pair: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        by_pair.setdefault((r["a"], r["b"]), []).append(r)
+    out = []
+    for (a, b), rs in by_pair.items():
+        timed = [r for r in rs if r["ratios"]]
+        if not timed:
+            continue
+        geo = math.exp(sum(math.log(r["median_ratio"]) for r in timed) / len(timed))
+        spread = lambda r: max(r["ratios"]) - min(r["ratios"])  # noqa: E731
+        faster = sum(1 for r in timed if 1 - r["median_ratio"] > max(spread(r), 0.005))
+        slower = sum(1 for r in timed if r["median_ratio"] - 1 > max(spread(r), 0.005))
+        out.append((a, b, geo, faster, slower))
+    return sorted(out, key=lambda x: x[2])
+
+
 def ab(evaluate: Callable[[Sequence, Sequence[str]], list], pairs: Sequence[tuple], cases: Sequence[str],
        repeats: int, baseline: str = "torch") -> list[dict]:
     """For each (name_a, genome_a, name_b, genome_b): `repeats` adjacent evaluations of the two on
@@ -117,6 +161,12 @@ def markdown(rows: Sequence[dict], command: str, device: str, baseline: str = "t
         ratio = (f"{r['median_ratio']:.4f} | {min(rs):.4f} | {max(rs):.4f}" if rs else "- | - | -")
         lines.append(f"| {r['a']} | {r['b']} | {r['case']} | {us(r['a_us'])} | {us(r['b_us'])} | "
                      f"{us(r[f'{baseline}_us'])} | {ratio} | {len(rs)} |")
+    order = ranked(rows)
+    if len(order) > 1:
+        lines += ["", "Pairs ranked by the geometric mean of their cases' median ratios (faster / slower: cases "
+                  "where B moved by more than the case's own spread of ratios, and by more than 0.5 %):", "",
+                  "| A | B | geomean B/A | faster | slower |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {a} | {b} | {g:.4f} | {f} | {s} |" for a, b, g, f, s in order]
     failed = sorted({f for r in rows for f in r["failures"]})
     if failed:
         lines += ["", "Failures:", *[f"- {f}" for f in failed]]
@@ -126,7 +176,8 @@ def markdown(rows: Sequence[dict], command: str, device: str, baseline: str = "t
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, help="a run dump (evo dump) whose evaluations hold the genomes")
-    ap.add_argument("--pairs", required=True, help="A:B[,A:B...], each side key[+gene=value...]")
+    ap.add_argument("--pairs", default="", help="A:B[,A:B...], each side key[+gene=value...]")
+    ap.add_argument("--neighbours", default="", help="SPEC[,SPEC...]: pair each with its every one-step neighbour")
     ap.add_argument("--cases", required=True, help="comma list of case ids of --matrix")
     ap.add_argument("--matrix", default="quack:bf16,fp16,fp32")
     ap.add_argument("--repeats", type=int, default=3)
@@ -140,8 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     space = load_space("rmsnorm", args.space)
     run = json.loads(Path(args.run).read_text())
     genomes = {e["key"]: e["genome"] for e in run["evaluations"]}
+    if not args.pairs and not args.neighbours:
+        raise SystemExit("give --pairs A:B[,...] or --neighbours SPEC[,...] (or both)")
+    asked = (parse_pairs(args.pairs) if args.pairs else []) + \
+        (neighbour_pairs(args.neighbours, genomes, space) if args.neighbours else [])
     pairs = []
-    for a, b in parse_pairs(args.pairs):
+    for a, b in asked:
         (na, ga), (nb, gb) = parse_genome(a, genomes, space), parse_genome(b, genomes, space)
         pairs.append((na, ga, nb, gb))
     cases = [c for c in args.cases.split(",") if c]

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from fitness.records import Evaluation
+from fitness.records import Evaluation, read_json
 from evo.store.base import Record, RunInfo
 
 EVAL_COLUMNS = ["seq", "key", "generation", "stage", "operator", "parents", "status", "suspect", "fitness"]
@@ -111,8 +111,8 @@ def _from_store(url: str, run_id: str | None) -> RunFrames:
 
 def _from_dump(path: Path, run_id: str | None) -> RunFrames:
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = read_json(path)
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
         raise ValueError(f"{path}: not an `evo dump` JSON file ({exc})") from None
     if not isinstance(data, Mapping) or "evaluations" not in data:
         raise ValueError(f"{path}: not an `evo dump` JSON file (no 'evaluations')")

@@ -6,10 +6,13 @@ a wrong result as much as from a timing, and so that every record can go into th
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
+from pathlib import Path
 from typing import Any, Mapping
 
 
@@ -137,3 +140,20 @@ def failed(genome, status: Status, message: str, **kw: Any) -> Evaluation:
     now = time.time()
     return Evaluation(key=genome.key, genome=genome.as_dict(), space=genome.space, status=status,
                       message=message, started_at=kw.pop("started_at", now), finished_at=now, **kw)
+
+
+def read_json(path: str | Path) -> Any:
+    """A JSON file, gzip-compressed when its name ends in .gz. Recordings of finished sessions are
+    kept compressed (results/sessionN/*.json.gz: 3.8 MB -> ~0.4 MB each), because every device
+    call carries the whole working tree within 64 MiB; anything that reads a recording reads both."""
+    path = Path(path)
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            return json.load(fh)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def is_json_name(path: str | Path) -> bool:
+    """Whether read_json reads this file: NAME.json or NAME.json.gz."""
+    name = Path(path).name
+    return name.endswith(".json") or name.endswith(".json.gz")

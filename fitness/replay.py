@@ -10,14 +10,13 @@ of a space on purpose.
 from __future__ import annotations
 
 import csv
-import json
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from genomes import Genome, GeneSpace
 from fitness.evaluator import Evaluator
-from fitness.records import Evaluation, Status, failed
+from fitness.records import Evaluation, Status, failed, is_json_name, read_json
 
 
 class NotRecorded(LookupError):
@@ -78,7 +77,7 @@ class ReplayEvaluator(Evaluator):
     # -- loading -----------------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path, space: GeneSpace | None = None, **kw: Any) -> "ReplayEvaluator":
-        """A JSON file (list of Evaluation dicts, or {"evaluations": [...]}) or a CSV table.
+        """A JSON file (list of Evaluation dicts, or {"evaluations": [...]}; gzipped as .json.gz) or a CSV table.
 
         CSV columns: one per gene, then `status`, then objective columns (any other numeric
         column). A `space` is needed for CSV so gene columns can be typed and keyed.
@@ -87,15 +86,15 @@ class ReplayEvaluator(Evaluator):
         if not path.exists():
             raise FileNotFoundError(f"replay table {path} does not exist")
         kw.setdefault("source", str(path))
-        if path.suffix == ".json":
-            data = json.loads(path.read_text())
+        if is_json_name(path):
+            data = read_json(path)
             rows = data["evaluations"] if isinstance(data, Mapping) else data
             return cls((Evaluation.from_dict(r) for r in rows), **kw)
         if path.suffix == ".csv":
             if space is None:
                 raise ValueError("a CSV replay table needs the gene space to type its columns")
             return cls(_read_csv(path, space), **kw)
-        raise ValueError(f"replay table {path}: expected .json or .csv")
+        raise ValueError(f"replay table {path}: expected .json, .json.gz or .csv")
 
 
 def _read_csv(path: Path, space: GeneSpace) -> Iterable[Evaluation]:

@@ -10,11 +10,12 @@ import shutil
 import pytest
 
 from tests.conftest import REPO
+from fitness.records import read_json
 
 spec = importlib.util.spec_from_file_location("occupancy_variants", REPO / "experiments" / "scripts" / "occupancy_variants.py")
 ov = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ov)
-RUN = REPO / "results" / "session6" / "rmsnorm_fwd_h200_run.json"   # the run the variants were drawn from
+RUN = REPO / "results" / "session6" / "rmsnorm_fwd_h200_run.json.gz"   # the run the variants were drawn from
 
 
 def test_budgets_start_with_the_genomes_own_and_never_repeat():
@@ -37,7 +38,7 @@ def test_a_variant_is_kept_only_where_ptxas_leaves_the_served_cases_their_warps(
     ptxas stays at 64, so the variant keeps its warps and is written with that evidence."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
-    run = json.loads(RUN.read_text())
+    run = read_json(RUN)
     entries = [e for e in json.loads((REPO / "results" / "session6" / "rmsnorm_dispatch.json").read_text())["entries"]
                if e["key"].startswith("b68e7bbe")]
     (tmp_path / "d.json").write_text(json.dumps({"entries": entries}))
@@ -56,7 +57,7 @@ def test_the_committed_seed_file_holds_warp_keeping_one_gene_variants():
     from genomes.rmsnorm import SPACE_V4
 
     data = json.loads((REPO / "experiments" / "seeds" / "rmsnorm_session7_variants.json").read_text())
-    run = {e["key"]: e["genome"] for e in json.loads(RUN.read_text())["evaluations"]}
+    run = {e["key"]: e["genome"] for e in read_json(RUN)["evaluations"]}
     assert data["tried"] == 74 and len(data["genomes"]) == 4
     for v in data["genomes"]:
         g = SPACE_V4.make(v["genome"])

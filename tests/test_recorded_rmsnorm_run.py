@@ -125,7 +125,7 @@ def test_earlier_sessions_searches_replay_from_their_archived_configs(tmp_path, 
     from tests.conftest import subprocess_env
 
     config = REPO / "experiments" / "archive" / f"rmsnorm_fwd_h200_{session}.toml"
-    recording = REPO / "results" / session / "rmsnorm_fwd_h200_run.json"
+    recording = REPO / "results" / session / "rmsnorm_fwd_h200_run.json.gz"
     res = subprocess.run([sys.executable, "-m", "evo.cli", "run", str(config), "--replay", str(recording),
                           "--runs-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(),
                          capture_output=True, text=True, timeout=300)

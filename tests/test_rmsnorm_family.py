@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-import json
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ import pytest
 from fitness.family import Case, load_family
 from genomes import Genome, load_space
 from genomes.rmsnorm import DEFAULT, SPACE, register_cap, register_demand
+from fitness.records import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY = load_family("rmsnorm")
@@ -447,11 +447,12 @@ def test_recorded_genomes_render_the_source_the_judge_compiled():
     from fitness.compile import compile_key
     from genomes.rmsnorm import SPACES
     checked = 0
-    for path in ("results/rmsnorm_fwd_h200_run.json", "results/session6/rmsnorm_fwd_h200_run.json",
-                 "results/session5/rmsnorm_fwd_h200_run.json",
-                 "results/session4/rmsnorm_fwd_h200_run.json",
-                 "results/session3/rmsnorm_fwd_h200_run.json"):
-        run = json.loads((ROOT / path).read_text())
+    for path in ("results/rmsnorm_fwd_h200_run.json", "results/session7/rmsnorm_fwd_h200_run.json.gz",
+                 "results/session6/rmsnorm_fwd_h200_run.json.gz",
+                 "results/session5/rmsnorm_fwd_h200_run.json.gz",
+                 "results/session4/rmsnorm_fwd_h200_run.json.gz",
+                 "results/session3/rmsnorm_fwd_h200_run.json.gz"):
+        run = read_json(ROOT / path)
         for ev in run["evaluations"]:
             judged = (ev.get("artifacts") or {}).get("source_hash")
             if not judged:

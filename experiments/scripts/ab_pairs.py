@@ -34,6 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from fitness.records import read_json  # noqa: E402 - after the repo is on the path
+
 
 def parse_value(text: str):
     try:
@@ -189,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from genomes import load_space
 
     space = load_space("rmsnorm", args.space)
-    run = json.loads(Path(args.run).read_text())
+    run = read_json(args.run)
     genomes = {e["key"]: e["genome"] for e in run["evaluations"]}
     if not args.pairs and not args.neighbours:
         raise SystemExit("give --pairs A:B[,...] or --neighbours SPEC[,...] (or both)")

@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from fitness.records import read_json  # noqa: E402 - after the repo is on the path
+
 #: what each parent is tried with: one gene changed to each value
 CHANGES = {"weight_batch": (2, 4, 8), "weight_pipeline": (True,)}
 
@@ -89,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     space = SPACES[args.space]
     family = load_family("rmsnorm")
     cases = family.benchmark_cases(args.matrix)
-    run = json.loads(Path(args.run).read_text())
+    run = read_json(args.run)
     by_key = {e["key"]: e for e in run["evaluations"]}
-    table = json.loads(Path(args.dispatch).read_text())["entries"]
+    table = read_json(args.dispatch)["entries"]
     compiler = Compiler(Path(args.cache_dir))
 
     parents: dict[str, list] = {}

@@ -5,8 +5,8 @@ generation g's offspring; the table compares the measured fitness of the half it
 the whole generation and with the true best half.
 
     python3 experiments/scripts/surrogate_backtest.py \\
-        --run results/session4/rmsnorm_fwd_h200_run.json results/session3/rmsnorm_fwd_h200_run.json \\
-        --prior results/session2/rmsnorm_fwd_h200_run.json --out results/surrogate_backtest.md
+        --run results/session4/rmsnorm_fwd_h200_run.json.gz results/session3/rmsnorm_fwd_h200_run.json.gz \\
+        --prior results/session2/rmsnorm_fwd_h200_run.json.gz --out results/surrogate_backtest.md
 
 Each `--run` is backtested on its own; its history is the `--prior` runs plus the `--run`s listed
 after it (list newest first). Only a generation's verified offspring are ranked (a failed genome
@@ -16,7 +16,6 @@ has no fitness); the model is fitted as the GA fits it (operators.surrogate.Ridg
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -25,6 +24,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from fitness.records import read_json  # noqa: E402 - after the repo is on the path
 
 
 def _ranks(v: np.ndarray) -> np.ndarray:
@@ -48,7 +49,7 @@ def load(path: Path, space, metric: str) -> list[tuple[int, object, float | None
     """(generation, genome, fitness) of every evaluation of a dumped run valid in `space`."""
     from fitness.records import Evaluation
 
-    data = json.loads(path.read_text())
+    data = read_json(path)
     gen = {x["key"]: x["generation"] for x in data["lineage"]}
     out = []
     for raw in data["evaluations"]:

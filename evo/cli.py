@@ -4,7 +4,7 @@
     evo resume RUN_DIR
     evo status RUN_DIR
     evo dump RUN_DIR --out FILE.json          # the run's evaluations as a replay table
-    evo dispatch RUN_DIR [--out FILE.json]    # per dtype and N range, the fastest verified genome
+    evo dispatch RUN_DIR [--out FILE.json] [--playoff FILE]   # per dtype and N range, the fastest verified genome
     evo report RUN [--run-id ID] --out DIR    # report.md + figures (RUN: run dir, store URL or dump JSON)
     evo export RUN --out DIR [--name PKG]     # the dispatch table as a standalone pip package
 
@@ -56,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("run_dir")
     t.add_argument("--baseline", default=None, help="baseline for the speedup column (default: the run's)")
     t.add_argument("--out", help="also write the table as JSON")
+    t.add_argument("--playoff", default=None, help="a playoff file (experiments/scripts/playoff.py) whose winners "
+                   "replace the recorded fastest of the widths it contested")
     rp = sub.add_parser("report", help="write report.md and its figures (RUN: run dir, store URL or dump JSON)")
     rp.add_argument("run")
     rp.add_argument("--run-id", default=None, help="which run, when the store holds several")
@@ -68,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
     ex.add_argument("--cache-dir", default=None, help="compile cache (default: the run's evaluator.cache_dir)")
     ex.add_argument("--bench", default=None, help="benchmark JSON measured with this dispatch table (for README)")
     ex.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    ex.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with")
     return ap
 
 
@@ -88,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "dispatch":
             from evo.session import print_dispatch
 
-            return print_dispatch(args.run_dir, args.baseline, args.out)
+            return print_dispatch(args.run_dir, args.baseline, args.out, playoff=args.playoff)
         if args.command == "report":
             from evo.session import report_run
 
@@ -97,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from evo.session import export_run
 
             return export_run(args.run, args.out, run_id=args.run_id, name=args.name, cache_dir=args.cache_dir,
-                              bench=args.bench, force=args.force)
+                              bench=args.bench, force=args.force, playoff=args.playoff)
     except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,8 @@ never written by hand. For each (dtype, N) measured in the run, the winner is th
 suspect genome with the smallest geometric-mean time over that width's cases (every M measured at
 that width); adjacent widths with the same winner merge into one range. Range edges sit at the
 measured widths: a range covers (previous width, its last width], the first starts at 1 and the
-last is open-ended.
+last is open-ended. A dispatch playoff (evo/playoff.py) may replace a width's recorded winner by
+the genome that was fastest when the near-tied ones were judged again side by side.
 """
 
 from __future__ import annotations
@@ -41,41 +42,64 @@ def _geomean(values: Iterable[float]) -> float:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
-def build_dispatch(evaluations: Iterable[Any], baseline: str = "torch") -> list[DispatchEntry]:
-    """Dispatch entries from Evaluations (or Records) of one run."""
+def complete_evidence(evaluations: Iterable[Any]) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
+    """(dtype, N) -> genome key -> case id -> CaseResult, for the verified, not suspect genomes
+    that were timed on every case the run measured at that width (the ones a width can choose)."""
     by_width: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}   # (dtype, N) -> key -> case -> cr
-    genomes: dict[str, Mapping[str, Any]] = {}
     for item in evaluations:
         ev = getattr(item, "evaluation", item)
         if ev.status is not Status.OK or ev.suspect:
             continue
-        genomes[ev.key] = ev.genome
         for cr in ev.cases:
             if cr.status is not Status.OK or not cr.time_us:
                 continue
             dtype, n = str(cr.params.get("dtype")), int(cr.params.get("N", 0))
             by_width.setdefault((dtype, n), {}).setdefault(ev.key, {})[cr.case] = cr
-    winners: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}
+    out = {}
     for width, per_key in by_width.items():
         all_cases = set().union(*(set(c) for c in per_key.values()))
         complete = {k: c for k, c in per_key.items() if set(c) == all_cases}
-        if not complete:
-            continue
+        if complete:
+            out[width] = complete
+    return out
+
+
+def build_dispatch(evaluations: Iterable[Any], baseline: str = "torch",
+                   winners: Mapping[tuple[str, int], str] | None = None) -> list[DispatchEntry]:
+    """Dispatch entries from Evaluations (or Records) of one run. `winners` ((dtype, N) -> key, from
+    an evo.playoff file) replaces the recorded fastest where given; each must be a genome with
+    complete evidence at that width (ValueError otherwise: a playoff of another run)."""
+    evaluations = list(evaluations)
+    genomes: dict[str, Mapping[str, Any]] = {}
+    for item in evaluations:
+        ev = getattr(item, "evaluation", item)
+        genomes.setdefault(ev.key, ev.genome)
+    evidence = complete_evidence(evaluations)
+    unknown = sorted(set(winners or {}) - set(evidence))
+    if unknown:
+        raise ValueError(f"playoff widths {unknown} were not measured in this run (a playoff of another run?)")
+    chosen: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}
+    for width, complete in evidence.items():
         key = min(complete, key=lambda k: (_geomean(cr.time_us for cr in complete[k].values()), k))
-        winners[width] = (key, complete[key])
+        if winners and width in winners:
+            key = winners[width]
+            if key not in complete:
+                raise ValueError(f"playoff winner {key} at {width[0]} N={width[1]} has no complete verified "
+                                 "evidence in this run (a playoff of another run?)")
+        chosen[width] = (key, complete[key])
     entries: list[DispatchEntry] = []
-    for dtype in sorted({d for d, _ in winners}):
-        widths = sorted(n for d, n in winners if d == dtype)
+    for dtype in sorted({d for d, _ in chosen}):
+        widths = sorted(n for d, n in chosen if d == dtype)
         start = 1
         i = 0
         while i < len(widths):
-            key = winners[(dtype, widths[i])][0]
+            key = chosen[(dtype, widths[i])][0]
             j = i
-            while j + 1 < len(widths) and winners[(dtype, widths[j + 1])][0] == key:
+            while j + 1 < len(widths) and chosen[(dtype, widths[j + 1])][0] == key:
                 j += 1
             cases: dict[str, dict[str, Any]] = {}
             for n in widths[i:j + 1]:
-                for cid, cr in winners[(dtype, n)][1].items():
+                for cid, cr in chosen[(dtype, n)][1].items():
                     base = cr.baselines_us.get(baseline)
                     cases[cid] = {"M": cr.params.get("M"), "N": cr.params.get("N"), "time_us": cr.time_us,
                                   "tbps": cr.tbps, f"{baseline}_us": base,

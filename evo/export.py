@@ -173,7 +173,7 @@ def _table_from_records(entries: Sequence[DispatchEntry], baseline: str) -> str:
 # -- export -----------------------------------------------------------------------------------
 def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None, name: str | None = None,
                cache_dir: str | Path | None = None, bench: str | Path | None = None, force: bool = False,
-               compiler: Any = None) -> ExportResult:
+               compiler: Any = None, playoff: str | Path | None = None) -> ExportResult:
     """Write the package for the run at `source` (run dir, store URL or dump JSON) into `out`."""
     from fitness.compile import Compiler, compile_key
     from fitness.family import FamilyNotFound, load_family
@@ -197,7 +197,19 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
         raise ExportError(f"package name {pkg!r} is not a Python identifier")
     check_exportable(frames)
     baseline = frames.run["baseline"]
-    entries = build_dispatch(frames.records, baseline=baseline)
+    winners = None
+    if playoff:
+        from evo.playoff import winners_from_dict
+        from fitness.records import read_json
+
+        try:
+            winners = winners_from_dict(read_json(playoff))
+        except (OSError, ValueError) as exc:
+            raise ExportError(f"--playoff {playoff}: {exc}") from None
+    try:
+        entries = build_dispatch(frames.records, baseline=baseline, winners=winners)
+    except ValueError as exc:
+        raise ExportError(f"--playoff {playoff}: {exc}") from None
     if not entries:
         raise ExportError(f"run {frames.run['run_id']}: no verified evaluation with timed cases")
     by_key = {}
@@ -290,6 +302,8 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
         "factory": {"name": "ptx-kernel-factory", **_git_commit()},
         "source": str(source),
     }
+    if playoff:     # the widths whose genome a same-process playoff chose, not the recorded fastest
+        provenance["playoff"] = {"file": str(playoff), "winners": {f"{d}/{n}": k for (d, n), k in sorted(winners.items())}}
     (pdir / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
 
     subs = {"__PKG__": pkg, "__RUN_ID__": frames.run["run_id"], "__VERSION__": PACKAGE_VERSION,

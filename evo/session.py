@@ -150,15 +150,21 @@ def dump_run(path: str | Path, out: str | Path) -> int:
     return 0
 
 
-def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Path | None = None) -> int:
+def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Path | None = None,
+                   playoff: str | Path | None = None) -> int:
     import json
 
     from evo.dispatch import build_dispatch
 
     rd = open_run_dir(path)
     baseline = baseline or rd.config.objective.baseline
+    winners = playoff_winners(playoff)
     with open_store(rd.store_url) as store:
-        entries = build_dispatch(store.records(rd.run_id), baseline=baseline)
+        try:
+            entries = build_dispatch(store.records(rd.run_id), baseline=baseline, winners=winners)
+        except ValueError as exc:
+            print(f"error: --playoff {playoff}: {exc}", file=sys.stderr)
+            return 2
     if not entries:
         print("no verified evaluation with timed cases in this run")
         return 1
@@ -170,9 +176,25 @@ def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Pat
         rng = f"{e.n_min}..{e.n_max if e.n_max is not None else 'inf'}"
         print(f"| {e.dtype} | {rng} | {e.key} | {len(e.cases)} | {gm} |")
     if out:
-        Path(out).write_text(json.dumps({"run_id": rd.run_id, "baseline": baseline,
-                                         "entries": [e.to_dict() for e in entries]}, indent=1))
+        table = {"run_id": rd.run_id, "baseline": baseline, "entries": [e.to_dict() for e in entries]}
+        if playoff:
+            table["playoff"] = str(playoff)
+        Path(out).write_text(json.dumps(table, indent=1))
     return 0
+
+
+def playoff_winners(playoff: str | Path | None) -> dict | None:
+    """(dtype, N) -> key from a playoff file (evo.playoff), None without one; ConfigError-like exit
+    for a file that is missing or is not a playoff."""
+    if not playoff:
+        return None
+    from evo.playoff import winners_from_dict
+    from fitness.records import read_json
+
+    try:
+        return winners_from_dict(read_json(playoff))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: --playoff {playoff}: {exc}") from None
 
 
 def report_run(source: str | Path, out: str | Path, run_id: str | None = None) -> int:

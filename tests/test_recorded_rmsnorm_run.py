@@ -91,9 +91,15 @@ def test_seeds_were_carried_and_their_lean_variants_judged_beside_them(recording
 
 
 def test_dispatch_table_is_rebuilt_from_the_recording(recording):
+    """From the run alone, or, where the table names the playoff it was chosen with
+    (experiments/scripts/playoff.py), from the run and that playoff (committed as results/playoff.json)."""
+    from evo.playoff import winners_from_dict
+
     evs = [Evaluation.from_dict(e) for e in recording["evaluations"]]
-    table = build_dispatch(evs, baseline="torch")
     committed = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
+    winners = winners_from_dict(json.loads((REPO / "results" / "playoff.json").read_text())) \
+        if committed.get("playoff") else None
+    table = build_dispatch(evs, baseline="torch", winners=winners)
     assert [(e.dtype, e.n_min, e.n_max, e.key) for e in table] == \
         [(e["dtype"], e["n_min"], e["n_max"], e["key"]) for e in committed["entries"]]
 

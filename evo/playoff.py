@@ -1,0 +1,163 @@
+"""A dispatch playoff: near-tied genomes of each row width timed again, side by side, in one process.
+
+evo.dispatch picks, for every (dtype, N), the genome with the smallest recorded time. Those times
+come from different moments: a carried seed's verdict may be a session old, a child's a minute
+old, and on the H200 the same genome's ratio to QuACK moves by ~0.6 % (median) and up to 3 %
+between sessions (results/NOTES.md, session 8). Where the runner-up is within `margin` of the
+winner, the recorded order says little. The playoff re-judges those contenders (correctness
+protocol, then timing, through the GPU judge's evaluate_cases) in rotating order, `repeats`
+times, and the dispatch takes the genome with the smallest median; the file it writes is the
+evidence (every time, every failure) and `evo dispatch/export --playoff FILE` use its winners.
+
+    contested = contenders(run_evaluations, margin=0.03, limit=3)
+    result = run_playoff(judge.evaluate_cases, genomes, contested, repeats=3)
+    build_dispatch(run_evaluations, winners=result.winners())
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from evo.dispatch import complete_evidence
+
+Width = tuple[str, int]     # (dtype, N)
+
+
+def _geomean(values: Iterable[float]) -> float:
+    vals = list(values)
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+@dataclass(frozen=True)
+class Contest:
+    """One row width whose recorded best and runners-up are within the margin."""
+    dtype: str
+    n: int
+    cases: tuple[str, ...]               # the width's case ids (every M measured at that N)
+    contenders: tuple[str, ...]          # genome keys, fastest recorded first (the run's winner)
+    recorded_us: Mapping[str, float]     # key -> geomean of its recorded times over `cases`
+
+
+def contenders(evaluations: Iterable[Any], margin: float = 0.03, limit: int = 3) -> list[Contest]:
+    """The widths where at least two genomes with complete evidence are within `margin` of the
+    fastest recorded geomean time (the fastest `limit` of them), in (dtype, N) order."""
+    if margin < 0 or limit < 2:
+        raise ValueError(f"margin must be >= 0 and limit >= 2 (got margin={margin}, limit={limit})")
+    out = []
+    for (dtype, n), complete in sorted(complete_evidence(evaluations).items()):
+        times = {k: _geomean(cr.time_us for cr in cases.values()) for k, cases in complete.items()}
+        ranked = sorted(times, key=lambda k: (times[k], k))
+        best = times[ranked[0]]
+        near = [k for k in ranked if times[k] <= best * (1 + margin)][:limit]
+        if len(near) >= 2:
+            cases = tuple(sorted(next(iter(complete.values()))))
+            out.append(Contest(dtype, n, cases, tuple(near), {k: times[k] for k in near}))
+    return out
+
+
+@dataclass
+class ContestResult:
+    contest: Contest
+    geomean_us: dict[str, list[float]] = field(default_factory=dict)   # key -> one figure per repeat
+    failures: dict[str, str] = field(default_factory=dict)            # key -> why it was disqualified
+
+    @property
+    def medians(self) -> dict[str, float]:
+        return {k: statistics.median(v) for k, v in self.geomean_us.items() if v and k not in self.failures}
+
+    @property
+    def winner(self) -> str | None:
+        """The smallest median time; ties go to the earlier contender (the run's own order)."""
+        med = self.medians
+        order = self.contest.contenders
+        return min(med, key=lambda k: (med[k], order.index(k))) if med else None
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.contest
+        return {"dtype": c.dtype, "N": c.n, "cases": list(c.cases), "contenders": list(c.contenders),
+                "recorded_us": dict(c.recorded_us), "geomean_us": self.geomean_us, "median_us": self.medians,
+                "failures": self.failures, "run_winner": c.contenders[0], "winner": self.winner}
+
+
+@dataclass
+class Playoff:
+    results: list[ContestResult]
+    margin: float
+    repeats: int
+    meta: dict[str, Any] = field(default_factory=dict)     # run_id, device, command, seconds
+
+    def winners(self) -> dict[Width, str]:
+        return {(r.contest.dtype, r.contest.n): r.winner for r in self.results if r.winner}
+
+    def changed(self) -> list[ContestResult]:
+        return [r for r in self.results if r.winner and r.winner != r.contest.contenders[0]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "dispatch-playoff", **self.meta, "margin": self.margin, "repeats": self.repeats,
+                "widths": [r.to_dict() for r in self.results]}
+
+
+def winners_from_dict(data: Mapping[str, Any]) -> dict[Width, str]:
+    """The winners a playoff file names (ValueError for a file that is not one)."""
+    if not isinstance(data, Mapping) or data.get("kind") != "dispatch-playoff":
+        raise ValueError("not a dispatch playoff file (expected \"kind\": \"dispatch-playoff\"; "
+                         "write one with experiments/scripts/playoff.py)")
+    return {(w["dtype"], int(w["N"])): w["winner"] for w in data.get("widths", ()) if w.get("winner")}
+
+
+def run_playoff(evaluate: Callable[[Sequence[Any], Sequence[str]], list], genomes: Mapping[str, Any],
+                contests: Sequence[Contest], repeats: int = 3,
+                progress: Callable[[str], None] | None = None) -> list[ContestResult]:
+    """Each contest's genomes judged on the width's cases, `repeats` times, the order rotated by
+    one each repeat (drift in the machine lands on every contender alike). A contender the judge
+    does not pass (any status but OK, or a case without a time) is disqualified with the reason;
+    `evaluate(genomes, case_ids)` is the GPU judge's evaluate_cases."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1 (got {repeats})")
+    results = []
+    for contest in contests:
+        res = ContestResult(contest, {k: [] for k in contest.contenders})
+        keys = list(contest.contenders)
+        for r in range(repeats):
+            order = keys[r % len(keys):] + keys[:r % len(keys)]
+            for key in order:
+                if key in res.failures:
+                    continue
+                (ev,) = evaluate([genomes[key]], list(contest.cases))
+                timed = {c.case: c.time_us for c in ev.cases if c.time_us}
+                if ev.status.value != "OK" or set(timed) != set(contest.cases):
+                    res.failures[key] = f"repeat {r}: {ev.status.value} {ev.message[:200]}".strip()
+                    continue
+                res.geomean_us[key].append(_geomean(timed.values()))
+        if progress:
+            progress(f"{contest.dtype} N={contest.n}: {len(keys)} contenders, winner {res.winner} "
+                     f"(run's {keys[0]})")
+        results.append(res)
+    return results
+
+
+def markdown(playoff: Playoff) -> str:
+    """The playoff as a table: per width, each contender's recorded and playoff times."""
+    m = playoff.meta
+    lines = ["# Dispatch playoff", "", f"Command: `{m.get('command', '?')}`", "",
+             f"Run: {m.get('run_id', '?')}; device: {m.get('device', '?')}; margin {playoff.margin:.3f}, "
+             f"{playoff.repeats} repeats (order rotated each repeat).", "",
+             "Times: geometric mean over the width's cases, us; playoff = median over the repeats of one "
+             "process. The dispatch takes the playoff's fastest.", "",
+             "| dtype | N | genome | recorded us | playoff us | repeats | |", "|---|---:|---|---:|---:|---:|---|"]
+    for r in playoff.results:
+        c, med = r.contest, r.medians
+        for k in c.contenders:
+            mark = "winner" if k == r.winner else ("failed: " + r.failures[k] if k in r.failures else "")
+            mark += " (run's)" if k == c.contenders[0] else ""
+            play = f"{med[k]:.1f}" if k in med else "-"
+            lines.append(f"| {c.dtype} | {c.n} | `{k[:8]}` | {c.recorded_us[k]:.1f} | {play} | "
+                         f"{len(r.geomean_us.get(k, []))} | {mark.strip()} |")
+    changed = playoff.changed()
+    lines += ["", f"{len(playoff.results)} contested widths; the playoff changed the winner on {len(changed)}"
+              + (": " + ", ".join(f"{r.contest.dtype} {r.contest.n}" for r in changed) if changed else "") + "."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,150 @@
+"""evo/playoff.py: near-tied genomes of a row width judged again in one process, and the dispatch
+built from the playoff's winners. The judge runs only on the device; here evaluate_cases is a
+labelled test double with scripted times, and the contests come from the H200 recording."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evo.dispatch import build_dispatch, complete_evidence, lookup
+from evo.playoff import Contest, Playoff, contenders, markdown, run_playoff, winners_from_dict
+from fitness.records import CaseResult, Evaluation, Status, read_json
+from tests.conftest import REPO, subprocess_env
+
+RUN = REPO / "results" / "rmsnorm_fwd_h200_run.json"
+
+
+@pytest.fixture(scope="module")
+def evaluations():
+    return [Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]]
+
+
+def test_contenders_are_the_genomes_within_the_margin_of_each_widths_fastest(evaluations):
+    table = {(e.dtype, n): e.key for e in build_dispatch(evaluations)
+             for n in {int(c["N"]) for c in e.cases.values()}}
+    evidence = complete_evidence(evaluations)
+    contests = contenders(evaluations, margin=0.03, limit=3)
+    assert 20 <= len(contests) <= len(evidence)            # session 8: 30 of 33 widths within 3 %
+    for c in contests:
+        assert c.contenders[0] == table[(c.dtype, c.n)]    # the run's own winner first
+        assert 2 <= len(c.contenders) <= 3 and len(set(c.contenders)) == len(c.contenders)
+        best = c.recorded_us[c.contenders[0]]
+        assert all(best <= c.recorded_us[k] <= best * 1.03 for k in c.contenders)
+        assert set(c.cases) == set(next(iter(evidence[(c.dtype, c.n)].values())))
+    tight = contenders(evaluations, margin=0.001, limit=2)
+    assert len(tight) < len(contests) and all(len(c.contenders) == 2 for c in tight)
+    with pytest.raises(ValueError, match="limit >= 2"):
+        contenders(evaluations, limit=1)
+
+
+def _judge(times, fail=()):
+    """Test double of GPUEvaluator.evaluate_cases: key -> list of times, one per call, in call order;
+    keys in `fail` come back WRONG_RESULT."""
+    calls = []
+
+    def evaluate(genomes, cases):
+        (g,) = genomes
+        key = g["key"]
+        calls.append(key)
+        if key in fail:
+            return [Evaluation(key=key, genome=dict(g), space="t", status=Status.WRONG_RESULT, message="y differs")]
+        t = times[key][sum(1 for c in calls if c == key) - 1]
+        return [Evaluation(key=key, genome=dict(g), space="t", status=Status.OK,
+                           cases=tuple(CaseResult(case=c, time_us=t) for c in cases))]
+    return evaluate, calls
+
+
+def _contest(keys, recorded):
+    return Contest("bf16", 256, ("bf16/32768x256",), tuple(keys), dict(zip(keys, recorded)))
+
+
+def test_the_playoff_rotates_the_order_and_takes_the_smallest_median():
+    contest = _contest(["A", "B", "C"], [13.8, 13.9, 14.0])
+    genomes = {k: {"key": k} for k in "ABC"}
+    evaluate, calls = _judge({"A": [14.0, 14.1, 13.9], "B": [13.6, 13.7, 14.5], "C": [14.2, 14.2, 14.2]})
+    (res,) = run_playoff(evaluate, genomes, [contest], repeats=3)
+    assert calls == ["A", "B", "C", "B", "C", "A", "C", "A", "B"]
+    assert res.medians == pytest.approx({"A": 14.0, "B": 13.7, "C": 14.2})
+    assert res.winner == "B"
+    playoff = Playoff([res], margin=0.03, repeats=3, meta={"command": "cmd", "run_id": "r", "device": "H200"})
+    assert playoff.winners() == {("bf16", 256): "B"} and playoff.changed() == [res]
+    text = markdown(playoff)
+    assert "| bf16 | 256 | `B` | 13.9 | 13.7 | 3 | winner |" in text and "| bf16 | 256 | `A` | 13.8 | 14.0 | 3 | (run's) |" in text
+    assert "changed the winner on 1: bf16 256." in text
+
+
+def test_a_contender_the_judge_rejects_is_disqualified_with_its_reason():
+    contest = _contest(["A", "B"], [13.8, 13.9])
+    evaluate, calls = _judge({"A": [14.0, 14.0], "B": []}, fail={"B"})
+    (res,) = run_playoff(evaluate, {"A": {"key": "A"}, "B": {"key": "B"}}, [contest], repeats=2)
+    assert calls == ["A", "B", "A"]                     # not judged again once it failed
+    assert res.winner == "A" and "WRONG_RESULT y differs" in res.failures["B"]
+
+
+def test_ties_keep_the_runs_winner():
+    contest = _contest(["A", "B"], [13.8, 13.9])
+    evaluate, _ = _judge({"A": [14.0, 14.0], "B": [14.0, 14.0]})
+    (res,) = run_playoff(evaluate, {"A": {"key": "A"}, "B": {"key": "B"}}, [contest], repeats=2)
+    assert res.winner == "A"
+
+
+def test_the_dispatch_takes_the_playoffs_winners_and_refuses_foreign_ones(evaluations):
+    contests = contenders(evaluations, margin=0.03, limit=3)
+    pick = next(c for c in contests if c.dtype == "bf16" and c.n == 1024)
+    runner_up = pick.contenders[1]
+    table = build_dispatch(evaluations, winners={("bf16", 1024): runner_up})
+    assert [e.key for e in table if e.covers("bf16", 1024)] == [runner_up]
+    plain = build_dispatch(evaluations)
+    for dtype, n in complete_evidence(evaluations):        # every other width keeps the recorded winner
+        if (dtype, n) != ("bf16", 1024):
+            assert lookup(table, dtype, n).key == lookup(plain, dtype, n).key
+    with pytest.raises(ValueError, match="no complete verified evidence"):
+        build_dispatch(evaluations, winners={("bf16", 1024): "0" * 20})
+    with pytest.raises(ValueError, match="not measured in this run"):
+        build_dispatch(evaluations, winners={("bf16", 12345): pick.contenders[0]})
+
+
+def test_a_playoff_file_round_trips_its_winners(tmp_path):
+    contest = _contest(["A", "B"], [13.8, 13.9])
+    evaluate, _ = _judge({"A": [14.0], "B": [13.0]})
+    playoff = Playoff(run_playoff(evaluate, {"A": {"key": "A"}, "B": {"key": "B"}}, [contest], repeats=1), 0.03, 1)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(playoff.to_dict()))
+    assert winners_from_dict(read_json(path)) == {("bf16", 256): "B"}
+    with pytest.raises(ValueError, match="not a dispatch playoff file"):
+        winners_from_dict(read_json(REPO / "results" / "rmsnorm_dispatch.json"))
+
+
+def test_evo_dispatch_and_export_take_a_playoff_file(evaluations, tmp_path):
+    """Through the CLI on a run directory replayed from the H200 recording: the playoff's winner
+    replaces the recorded one in the table; a file that is not a playoff is a one-line error."""
+    import subprocess
+    import sys
+
+    from evo.config import load_config
+    from evo.rundir import create_run_dir
+    from evo.session import execute
+
+    cfg = load_config(REPO / "experiments" / "rmsnorm_fwd_h200.toml").with_overrides(
+        {"evaluator.kind": "replay", "evaluator.replay": str(RUN), "output.progress": False})
+    rd = create_run_dir(cfg, tmp_path / "runs")
+    execute(rd, quiet=True)
+    pick = next(c for c in contenders(evaluations, margin=0.03) if c.dtype == "fp16" and c.n == 2048)
+    res = run_playoff(_judge({k: [10.0 + i] for i, k in enumerate(reversed(pick.contenders))})[0],
+                      {k: {"key": k} for k in pick.contenders}, [pick], repeats=1)
+    playoff = tmp_path / "playoff.json"
+    playoff.write_text(json.dumps(Playoff(res, 0.03, 1).to_dict()))
+    out = tmp_path / "d.json"
+    p = subprocess.run([sys.executable, "-m", "evo.cli", "dispatch", str(rd.path), "--playoff", str(playoff),
+                        "--out", str(out)], capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=120)
+    assert p.returncode == 0, p.stderr
+    table = json.loads(out.read_text())
+    assert table["playoff"] == str(playoff)
+    assert [e["key"] for e in table["entries"] if e["dtype"] == "fp16" and e["n_min"] <= 2048 <= (e["n_max"] or 1e9)] \
+        == [pick.contenders[-1]]
+    bad = subprocess.run([sys.executable, "-m", "evo.cli", "dispatch", str(rd.path), "--playoff",
+                          str(REPO / "results" / "rmsnorm_dispatch.json")], capture_output=True, text=True,
+                         env=subprocess_env(), cwd=REPO, timeout=120)
+    assert bad.returncode != 0 and "not a dispatch playoff file" in bad.stderr and "Traceback" not in bad.stderr

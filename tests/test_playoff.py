@@ -148,3 +148,53 @@ def test_evo_dispatch_and_export_take_a_playoff_file(evaluations, tmp_path):
                           str(REPO / "results" / "rmsnorm_dispatch.json")], capture_output=True, text=True,
                          env=subprocess_env(), cwd=REPO, timeout=120)
     assert bad.returncode != 0 and "not a dispatch playoff file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_path):
+    """experiments/scripts/playoff.py end to end with the judge replaced by a labelled test double
+    (the real one needs the GPU): every contested width judged, the file readable by
+    winners_from_dict, --max-s keeping the run's winner on the widths it did not reach."""
+    import importlib.util
+
+    import fitness.gpu_evaluator
+
+    class JudgeDouble:
+        """Stands in for GPUEvaluator: times each genome by a fixed function of its key."""
+        def __init__(self, family, space, **kw):
+            self.calls = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def describe(self):
+            return {"device": "test double"}
+
+        def evaluate_cases(self, genomes, cases):
+            (g,) = genomes
+            self.calls += 1
+            t = 10.0 + int(g.key[:4], 16) / 65536          # stable, different per genome
+            return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=Status.OK,
+                               cases=tuple(CaseResult(case=c, time_us=t) for c in cases))]
+
+    monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", JudgeDouble)
+    spec = importlib.util.spec_from_file_location("playoff_script", REPO / "experiments" / "scripts" / "playoff.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "p"
+    assert script.main(["--run", str(RUN), "--margin", "0.01", "--repeats", "2", "--out", str(out)]) == 0
+    data = read_json(out.with_suffix(".json"))
+    assert data["kind"] == "dispatch-playoff" and data["device"] == "test double" and data["repeats"] == 2
+    winners = winners_from_dict(data)
+    assert len(winners) == len(data["widths"]) == data["contested"] > 0
+    for w in data["widths"]:   # the double's fastest contender is the one with the smallest key prefix
+        assert w["winner"] == min(w["contenders"], key=lambda k: int(k[:4], 16))
+        assert all(len(v) == 2 for v in w["geomean_us"].values())
+    assert "# Dispatch playoff" in out.with_suffix(".md").read_text()
+    evs = [Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]]
+    build_dispatch(evs, winners=winners)                        # the run accepts every winner
+    monkeypatch.setattr(script.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call
+    assert script.main(["--run", str(RUN), "--margin", "0.01", "--max-s", "150", "--out", str(out)]) == 0
+    assert 0 < len(read_json(out.with_suffix(".json"))["widths"]) < data["contested"]

@@ -172,6 +172,9 @@ def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_
         def describe(self):
             return {"device": "test double"}
 
+        def prefetch(self, genomes):
+            prefetched.extend(g.key for g in genomes)
+
         def evaluate_cases(self, genomes, cases):
             (g,) = genomes
             self.calls += 1
@@ -179,6 +182,7 @@ def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_
             return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=Status.OK,
                                cases=tuple(CaseResult(case=c, time_us=t) for c in cases))]
 
+    prefetched = []
     monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", JudgeDouble)
     spec = importlib.util.spec_from_file_location("playoff_script", REPO / "experiments" / "scripts" / "playoff.py")
     script = importlib.util.module_from_spec(spec)
@@ -193,6 +197,7 @@ def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_
         assert w["winner"] == min(w["contenders"], key=lambda k: int(k[:4], 16))
         assert all(len(v) == 2 for v in w["geomean_us"].values())
     assert "# Dispatch playoff" in out.with_suffix(".md").read_text()
+    assert sorted(prefetched) == sorted({k for w in data["widths"] for k in w["contenders"]})   # each once, up front
     evs = [Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]]
     build_dispatch(evs, winners=winners)                        # the run accepts every winner
     monkeypatch.setattr(script.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call

@@ -207,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     with GPUEvaluator("rmsnorm", space, matrix=args.matrix, baseline="torch", baselines=["torch"],
                       timeout_s=300) as ev:
+        ev.prefetch(list({g.key: g for p in pairs for g in (p[1], p[3])}.values()))   # compiled in parallel, up front
         rows = ab(ev.evaluate_cases, pairs, cases, args.repeats)
         device = ev.describe().get("device") or "?"
     command = " ".join(["python3", "experiments/scripts/ab_pairs.py", *(argv if argv is not None else sys.argv[1:])])

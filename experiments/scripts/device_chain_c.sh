@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device call C (see device_chain_a.sh): the dispatch table timed beside torch, torch.compile,
+# Device call C (see device_chain_a.sh): with PLAYOFF_S > 0 first the dispatch playoff (device_lib.sh
+# dispatch_playoff: the table's near-tied genomes judged again side by side), then the dispatch table timed beside torch, torch.compile,
 # QuACK and Liger on the 33-case matrix in one process (bench_rmsnorm.py), QuACK's autotuned path
 # in a second pass on TUNED (default: the bf16 cases; 23-29 s of autotuning per shape), then the
 # exported package installed into a clean target, its tests and its benchmark (export_check.sh),
@@ -12,6 +13,7 @@ device_pythonpath
 python3 -c "import quack.rmsnorm, liger_kernel; print('quack and liger import')" 2>&1 | tail -1
 OUT=${OUT:-results/device}
 mkdir -p "$OUT"
+[ "${PLAYOFF_S:-0}" -gt 0 ] && dispatch_playoff     # the table below then times the playoff's choice
 quack_autotune_restore
 timeout "${BENCH_S:-420}" python3 experiments/scripts/bench_rmsnorm.py --dispatch /root/work/rmsnorm_dispatch.json \
     --matrix "${MATRIX:-quack:bf16,fp16,fp32}" --baselines "${BASELINES:-torch,torch_compile,quack,liger,copy}" \

@@ -72,3 +72,18 @@ device_start() {
     mkdir -p "$OUT" /root/work && park_quack_parts
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
 }
+
+# The dispatch playoff (evo/playoff.py) for the run in /root/work: the near-tied genomes of each
+# width judged again side by side for at most PLAYOFF_S seconds, then the dispatch table rebuilt
+# with its winners (/root/work/rmsnorm_dispatch.json; export_check.sh picks up the playoff file).
+dispatch_playoff() {
+    local run; run=$(cat /root/work/run_dir)
+    timeout "$((PLAYOFF_S + 90))" python3 experiments/scripts/playoff.py --run /root/work/rmsnorm_fwd_h200_run.json \
+        --margin "${PLAYOFF_MARGIN:-0.02}" --repeats "${PLAYOFF_REPEATS:-3}" --max-s "$PLAYOFF_S" \
+        --out /root/work/playoff > /root/work/playoff.log 2>&1
+    echo "playoff rc=$?"; tail -2 /root/work/playoff.md 2>/dev/null
+    [ -f /root/work/playoff.json ] || return 0
+    python3 -m evo.cli dispatch "$run" --playoff /root/work/playoff.json --out /root/work/rmsnorm_dispatch.json | tail -40
+    # one archive: a call returns at most 8 files and call C already writes 7
+    tar -C /root/work -czf "$OUT/playoff.tgz" playoff.json playoff.md playoff.log rmsnorm_dispatch.json
+}

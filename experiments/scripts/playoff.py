@@ -7,8 +7,9 @@ on adjacent measurements instead of verdicts recorded at different times.
     python3 -m evo.cli dispatch RUN_DIR --playoff $OUT/playoff.json --out rmsnorm_dispatch.json
 
 Writes PREFIX.json (the evidence and the winners; `evo dispatch/export --playoff` read it) and
-PREFIX.md. --max-s stops starting new widths after that many seconds (the widths done are kept,
-the others keep the run's winner), so a device call's time limit cannot lose the file.
+PREFIX.md, rewritten after every width. --max-s stops starting new widths after that many seconds
+(the widths done are kept, the others keep the run's winner); a call killed by its time limit
+leaves the file of the widths done.
 """
 from __future__ import annotations
 
@@ -47,24 +48,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(contests)} contested widths, {sum(len(c.contenders) for c in contests)} contenders", flush=True)
     from fitness.gpu_evaluator import GPUEvaluator
 
+    command = " ".join(["python3", "experiments/scripts/playoff.py", *(argv if argv is not None else sys.argv[1:])])
     t0 = time.time()
     results = []
+
+    def write(device: str) -> str:      # after every width: a call's time limit keeps what is done
+        playoff = Playoff(results, args.margin, args.repeats,
+                          meta={"run_id": run.get("run_id"), "device": device, "command": command,
+                                "seconds": round(time.time() - t0, 1), "contested": len(contests)})
+        Path(args.out + ".json").write_text(json.dumps(playoff.to_dict(), indent=1))
+        text = markdown(playoff)
+        Path(args.out + ".md").write_text(text)
+        return text
+
     with GPUEvaluator(run.get("family") or "rmsnorm", space, matrix=matrix, baseline="torch", baselines=["torch"],
                       timeout_s=300) as judge:
+        # every contender compiled up front, in parallel (carried seeds were never compiled on this machine)
+        judge.prefetch(list({k: genomes[k] for c in contests for k in c.contenders}.values()))
+        device = judge.describe().get("device") or "?"
         for contest in contests:
             if args.max_s and time.time() - t0 > args.max_s:
                 print(f"--max-s {args.max_s:.0f} reached: {len(contests) - len(results)} widths keep the run's winner")
                 break
             results += run_playoff(judge.evaluate_cases, genomes, [contest], repeats=args.repeats, progress=print)
-        device = judge.describe().get("device") or "?"
-    command = " ".join(["python3", "experiments/scripts/playoff.py", *(argv if argv is not None else sys.argv[1:])])
-    playoff = Playoff(results, args.margin, args.repeats,
-                      meta={"run_id": run.get("run_id"), "device": device, "command": command,
-                            "seconds": round(time.time() - t0, 1), "contested": len(contests)})
-    Path(args.out + ".json").write_text(json.dumps(playoff.to_dict(), indent=1))
-    text = markdown(playoff)
-    Path(args.out + ".md").write_text(text)
-    print(text)
+            write(device)
+    print(write(device))
     return 0
 
 

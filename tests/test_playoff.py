@@ -203,3 +203,17 @@ def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_
     monkeypatch.setattr(script.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call
     assert script.main(["--run", str(RUN), "--margin", "0.01", "--max-s", "150", "--out", str(out)]) == 0
     assert 0 < len(read_json(out.with_suffix(".json"))["widths"]) < data["contested"]
+
+
+def test_export_refuses_a_playoff_that_is_not_one_or_not_this_runs(tmp_path):
+    """Checked before anything is compiled: a package must not ship a table its run cannot explain."""
+    from evo.export import ExportError, export_run
+
+    with pytest.raises(ExportError, match="not a dispatch playoff file"):
+        export_run(RUN, tmp_path / "pkg", playoff=REPO / "results" / "rmsnorm_dispatch.json")
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"kind": "dispatch-playoff", "widths": [
+        {"dtype": "bf16", "N": 256, "winner": "0" * 20}]}))
+    with pytest.raises(ExportError, match="no complete verified evidence"):
+        export_run(RUN, tmp_path / "pkg", playoff=foreign)
+    assert not (tmp_path / "pkg").exists()

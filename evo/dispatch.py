@@ -64,6 +64,12 @@ def complete_evidence(evaluations: Iterable[Any]) -> dict[tuple[str, int], dict[
     return out
 
 
+def recorded_times(complete: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Genome key -> geometric mean of its recorded times over a width's cases: what the dispatch
+    ranks (complete_evidence's value for one width)."""
+    return {k: _geomean(cr.time_us for cr in cases.values()) for k, cases in complete.items()}
+
+
 def build_dispatch(evaluations: Iterable[Any], baseline: str = "torch",
                    winners: Mapping[tuple[str, int], str] | None = None) -> list[DispatchEntry]:
     """Dispatch entries from Evaluations (or Records) of one run. `winners` ((dtype, N) -> key, from
@@ -80,7 +86,8 @@ def build_dispatch(evaluations: Iterable[Any], baseline: str = "torch",
         raise ValueError(f"playoff widths {unknown} were not measured in this run (a playoff of another run?)")
     chosen: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}
     for width, complete in evidence.items():
-        key = min(complete, key=lambda k: (_geomean(cr.time_us for cr in complete[k].values()), k))
+        times = recorded_times(complete)
+        key = min(times, key=lambda k: (times[k], k))
         if winners and width in winners:
             key = winners[width]
             if key not in complete:

@@ -197,18 +197,12 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
         raise ExportError(f"package name {pkg!r} is not a Python identifier")
     check_exportable(frames)
     baseline = frames.run["baseline"]
-    winners = None
-    if playoff:
-        from evo.playoff import winners_from_dict
-        from fitness.records import read_json
-
-        try:
-            winners = winners_from_dict(read_json(playoff))
-        except (OSError, ValueError) as exc:
-            raise ExportError(f"--playoff {playoff}: {exc}") from None
     try:
+        from evo.playoff import read_winners
+
+        winners = read_winners(playoff) if playoff else None
         entries = build_dispatch(frames.records, baseline=baseline, winners=winners)
-    except ValueError as exc:
+    except ValueError as exc:        # only the playoff can be wrong here: a file that is not one, or another run's
         raise ExportError(f"--playoff {playoff}: {exc}") from None
     if not entries:
         raise ExportError(f"run {frames.run['run_id']}: no verified evaluation with timed cases")

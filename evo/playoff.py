@@ -16,20 +16,17 @@ evidence (every time, every failure) and `evo dispatch/export --playoff FILE` us
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from evo.dispatch import complete_evidence
+from evo.dispatch import complete_evidence, recorded_times
+from fitness.objectives import geomean
+from fitness.records import read_json
 
 Width = tuple[str, int]     # (dtype, N)
-
-
-def _geomean(values: Iterable[float]) -> float:
-    vals = list(values)
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ def contenders(evaluations: Iterable[Any], margin: float = 0.03, limit: int = 3)
         raise ValueError(f"margin must be >= 0 and limit >= 2 (got margin={margin}, limit={limit})")
     out = []
     for (dtype, n), complete in sorted(complete_evidence(evaluations).items()):
-        times = {k: _geomean(cr.time_us for cr in cases.values()) for k, cases in complete.items()}
+        times = recorded_times(complete)
         ranked = sorted(times, key=lambda k: (times[k], k))
         best = times[ranked[0]]
         near = [k for k in ranked if times[k] <= best * (1 + margin)][:limit]
@@ -109,6 +106,15 @@ def winners_from_dict(data: Mapping[str, Any]) -> dict[Width, str]:
     return {(w["dtype"], int(w["N"])): w["winner"] for w in data.get("widths", ()) if w.get("winner")}
 
 
+def read_winners(path: str | Path) -> dict[Width, str]:
+    """The winners of a playoff file; ValueError saying what is wrong (missing, not JSON, not a playoff)."""
+    try:
+        data = read_json(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+    return winners_from_dict(data)
+
+
 def run_playoff(evaluate: Callable[[Sequence[Any], Sequence[str]], list], genomes: Mapping[str, Any],
                 contests: Sequence[Contest], repeats: int = 3,
                 progress: Callable[[str], None] | None = None) -> list[ContestResult]:
@@ -132,7 +138,7 @@ def run_playoff(evaluate: Callable[[Sequence[Any], Sequence[str]], list], genome
                 if ev.status.value != "OK" or set(timed) != set(contest.cases):
                     res.failures[key] = f"repeat {r}: {ev.status.value} {ev.message[:200]}".strip()
                     continue
-                res.geomean_us[key].append(_geomean(timed.values()))
+                res.geomean_us[key].append(geomean(list(timed.values())))
         if progress:
             progress(f"{contest.dtype} N={contest.n}: {len(keys)} contenders, winner {res.winner} "
                      f"(run's {keys[0]})")

@@ -155,16 +155,17 @@ def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Pat
     import json
 
     from evo.dispatch import build_dispatch
+    from evo.playoff import read_winners
 
     rd = open_run_dir(path)
     baseline = baseline or rd.config.objective.baseline
-    winners = playoff_winners(playoff)
     with open_store(rd.store_url) as store:
-        try:
-            entries = build_dispatch(store.records(rd.run_id), baseline=baseline, winners=winners)
-        except ValueError as exc:
-            print(f"error: --playoff {playoff}: {exc}", file=sys.stderr)
-            return 2
+        records = store.records(rd.run_id)
+    try:
+        entries = build_dispatch(records, baseline=baseline, winners=read_winners(playoff) if playoff else None)
+    except ValueError as exc:        # only the playoff can be wrong here: a file that is not one, or another run's
+        print(f"error: --playoff {playoff}: {exc}", file=sys.stderr)
+        return 2
     if not entries:
         print("no verified evaluation with timed cases in this run")
         return 1
@@ -181,20 +182,6 @@ def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Pat
             table["playoff"] = str(playoff)
         Path(out).write_text(json.dumps(table, indent=1))
     return 0
-
-
-def playoff_winners(playoff: str | Path | None) -> dict | None:
-    """(dtype, N) -> key from a playoff file (evo.playoff), None without one; ConfigError-like exit
-    for a file that is missing or is not a playoff."""
-    if not playoff:
-        return None
-    from evo.playoff import winners_from_dict
-    from fitness.records import read_json
-
-    try:
-        return winners_from_dict(read_json(playoff))
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: --playoff {playoff}: {exc}") from None
 
 
 def report_run(source: str | Path, out: str | Path, run_id: str | None = None) -> int:

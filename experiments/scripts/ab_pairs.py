@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fitness.records import read_json  # noqa: E402 - after the repo is on the path
+from fitness.objectives import geomean  # noqa: E402 - after the repo is on the path
+from fitness.records import read_json  # noqa: E402
 
 
 def parse_value(text: str):
@@ -95,8 +96,6 @@ def ranked(rows: Sequence[dict]) -> list[tuple[str, str, float, int, int]]:
     """Each pair's cases summarised: (A, B, geomean of the cases' median ratios, cases where B is
     faster by more than the pair's own spread, cases where it is slower by more), fastest B first.
     The spread of a case is max - min of its ratios: a 1 % move inside a 2 % spread is noise."""
-    import math
-
     by_pair: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         by_pair.setdefault((r["a"], r["b"]), []).append(r)
@@ -105,7 +104,7 @@ def ranked(rows: Sequence[dict]) -> list[tuple[str, str, float, int, int]]:
         timed = [r for r in rs if r["ratios"]]
         if not timed:
             continue
-        geo = math.exp(sum(math.log(r["median_ratio"]) for r in timed) / len(timed))
+        geo = geomean([r["median_ratio"] for r in timed])
         spread = lambda r: max(r["ratios"]) - min(r["ratios"])  # noqa: E731
         faster = sum(1 for r in timed if 1 - r["median_ratio"] > max(spread(r), 0.005))
         slower = sum(1 for r in timed if r["median_ratio"] - 1 > max(spread(r), 0.005))

@@ -52,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     results = []
 
+    def device(judge) -> str:           # the judge learns its device from the first evaluation
+        return judge.describe().get("device") or "?"
+
     def write(device: str) -> str:      # after every width: a call's time limit keeps what is done
         playoff = Playoff(results, args.margin, args.repeats,
                           meta={"run_id": run.get("run_id"), "device": device, "command": command,
@@ -65,14 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                       timeout_s=300) as judge:
         # every contender compiled up front, in parallel (carried seeds were never compiled on this machine)
         judge.prefetch(list({k: genomes[k] for c in contests for k in c.contenders}.values()))
-        device = judge.describe().get("device") or "?"
         for contest in contests:
             if args.max_s and time.time() - t0 > args.max_s:
                 print(f"--max-s {args.max_s:.0f} reached: {len(contests) - len(results)} widths keep the run's winner")
                 break
             results += run_playoff(judge.evaluate_cases, genomes, [contest], repeats=args.repeats, progress=print)
-            write(device)
-    print(write(device))
+            write(device(judge))
+        print(write(device(judge)))
     return 0
 
 

@@ -116,3 +116,52 @@ def test_pairs_are_ranked_by_their_cases_ratios_against_their_own_spread():
 def test_main_needs_pairs_or_neighbours():
     with pytest.raises(SystemExit, match="--pairs A:B"):
         ab_pairs.main(["--run", str(RUN), "--cases", "bf16/32768x256", "--out", "/tmp/x"])
+
+
+def test_main_writes_after_every_pair_and_max_s_keeps_what_is_done(monkeypatch, tmp_path):
+    """The script end to end with the judge replaced by a labelled test double (the real one needs
+    the GPU): the files name the device the judge learned from its first evaluation, and with
+    --max-s the pairs started before the limit are kept and the cut is said in the markdown."""
+    import fitness.gpu_evaluator
+
+    class JudgeDouble:
+        """Stands in for GPUEvaluator: B (lean_groups on) 2 % faster than A; knows its device only
+        after an evaluation, like the real judge."""
+        def __init__(self, family, space, **kw):
+            self.device = ""
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def describe(self):
+            return {"device": self.device}
+
+        def prefetch(self, genomes):
+            pass
+
+        def evaluate_cases(self, genomes, cases):
+            (g,) = genomes
+            self.device = "test double"
+            t = 9.8 if g["lean_groups"] else 10.0
+            return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=Status.OK,
+                               cases=tuple(CaseResult(case=c, time_us=t, baselines_us={"torch": 27.0})
+                                           for c in cases))]
+
+    monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", JudgeDouble)
+    out = tmp_path / "ab"
+    pairs = "ed8f41a1:ed8f41a1+lean_groups=true,ed8f41a1:ed8f41a1+chunks=4+lean_groups=true,ed8f41a1:ed8f41a1+unroll=1"
+    assert ab_pairs.main(["--run", str(RUN), "--pairs", pairs, "--cases", "bf16/32768x256", "--repeats", "2",
+                          "--out", str(out)]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["device"] == "test double" and data["pairs_asked"] == 3 and len(data["rows"]) == 3
+    assert [r["median_ratio"] for r in data["rows"]] == pytest.approx([0.98, 0.98, 1.0])
+    assert "Pairs timed" not in out.with_suffix(".md").read_text()
+    monkeypatch.setattr(ab_pairs.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call
+    assert ab_pairs.main(["--run", str(RUN), "--pairs", pairs, "--cases", "bf16/32768x256", "--max-s", "150",
+                          "--out", str(out)]) == 0
+    cut = json.loads(out.with_suffix(".json").read_text())
+    assert 0 < len(cut["rows"]) < 3 and cut["pairs_asked"] == 3
+    assert f"Pairs timed: {len(cut['rows'])} of 3 asked" in out.with_suffix(".md").read_text()

@@ -4,8 +4,8 @@
     evo resume RUN_DIR
     evo status RUN_DIR
     evo dump RUN_DIR --out FILE.json          # the run's evaluations as a replay table
-    evo dispatch RUN_DIR [--out FILE.json] [--playoff FILE]   # per dtype and N range, the fastest verified genome
-    evo report RUN [--run-id ID] --out DIR    # report.md + figures (RUN: run dir, store URL or dump JSON)
+    evo dispatch RUN [--out FILE.json] [--playoff FILE]   # per dtype and N range, the fastest verified genome
+    evo report RUN [--run-id ID] --out DIR [--playoff FILE]   # report.md + figures (RUN: run dir, store URL or dump JSON)
     evo export RUN --out DIR [--name PKG]     # the dispatch table as a standalone pip package
 
 Bad input ends with one line per problem and exit code 2, never a traceback. Ctrl-C (or
@@ -53,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("run_dir")
     d.add_argument("--out", required=True)
     t = sub.add_parser("dispatch", help="dispatch table: the fastest verified genome per dtype and N range")
-    t.add_argument("run_dir")
+    t.add_argument("run", help="run dir, store URL or `evo dump` JSON")
+    t.add_argument("--run-id", default=None, help="which run, when the store holds several")
     t.add_argument("--baseline", default=None, help="baseline for the speedup column (default: the run's)")
     t.add_argument("--out", help="also write the table as JSON")
     t.add_argument("--playoff", default=None, help="a playoff file (experiments/scripts/playoff.py) whose winners "
@@ -62,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("run")
     rp.add_argument("--run-id", default=None, help="which run, when the store holds several")
     rp.add_argument("--out", required=True, help="output directory")
+    rp.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with "
+                    "(experiments/scripts/playoff.py): the report's dispatch section takes its winners")
     ex = sub.add_parser("export", help="write the run's dispatch table as a standalone pip-installable package")
     ex.add_argument("run", help="run dir, store URL or `evo dump` JSON")
     ex.add_argument("--out", required=True, help="package directory to create")
@@ -91,11 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "dispatch":
             from evo.session import print_dispatch
 
-            return print_dispatch(args.run_dir, args.baseline, args.out, playoff=args.playoff)
+            return print_dispatch(args.run, args.baseline, args.out, playoff=args.playoff, run_id=args.run_id)
         if args.command == "report":
             from evo.session import report_run
 
-            return report_run(args.run, args.out, run_id=args.run_id)
+            return report_run(args.run, args.out, run_id=args.run_id, playoff=args.playoff)
         if args.command == "export":
             from evo.session import export_run
 

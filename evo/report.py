@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from evo.analysis import RunFrames, case_occupancy, one_gene_occupancy, one_gene_pairs, one_gene_summary, operator_table
 from evo.dispatch import build_dispatch
@@ -62,8 +62,12 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path:
-    """Write out_dir/report.md and one PNG per figure; returns the path of report.md."""
+def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110,
+                 winners: Mapping[tuple[str, int], str] | None = None, playoff: str | Path | None = None) -> Path:
+    """Write out_dir/report.md and one PNG per figure; returns the path of report.md. `winners`
+    (evo.playoff.read_winners of the file `playoff`) replace the recorded fastest of the widths a
+    dispatch playoff contested, as in `evo dispatch --playoff`; ValueError if the run cannot
+    explain one of them."""
     from evo import plots
 
     out = Path(out_dir)
@@ -124,12 +128,14 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110) -> Path
     occupancy = case_occupancy(frames)       # per (genome, case): resident CTAs and warps per SM
     lines += ["## Dispatch table", ""]
     baseline = run.get("baseline") or (frames.baselines[0] if frames.baselines else "torch")
-    entries = build_dispatch(_evaluations(frames), baseline=baseline)
+    entries = build_dispatch(_evaluations(frames), baseline=baseline, winners=winners)
     if not entries:
         lines += ["No verified evaluation with timed cases in this run.", ""]
     else:
         lines += ["For each dtype and row-width range, the verified genome with the smallest geomean time "
-                  "there (evo.dispatch).", ""]
+                  "there (evo.dispatch)" + (f"; on the {len(winners)} widths the playoff `{Path(playoff).name}` "
+                                            "contested, its winner (genomes judged again side by side in one "
+                                            "process, experiments/scripts/playoff.py)." if winners else "."), ""]
         rows = []
         for e in entries:
             sp = _geomean([c.get("speedup") or math.nan for c in e.cases.values()])

@@ -150,19 +150,28 @@ def dump_run(path: str | Path, out: str | Path) -> int:
     return 0
 
 
-def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Path | None = None,
-                   playoff: str | Path | None = None) -> int:
+def print_dispatch(source: str | Path, baseline: str | None = None, out: str | Path | None = None,
+                   playoff: str | Path | None = None, run_id: str | None = None) -> int:
+    """`evo dispatch` for a run directory, a store URL or an `evo dump` JSON file (the committed
+    recordings are dumps: results/rmsnorm_dispatch.json is rebuilt from one and its playoff)."""
     import json
 
+    from evo.analysis import load_run
+    from evo.config import ConfigError
     from evo.dispatch import build_dispatch
     from evo.playoff import read_winners
 
-    rd = open_run_dir(path)
-    baseline = baseline or rd.config.objective.baseline
-    with open_store(rd.store_url) as store:
-        records = store.records(rd.run_id)
     try:
-        entries = build_dispatch(records, baseline=baseline, winners=read_winners(playoff) if playoff else None)
+        frames = load_run(source, run_id=run_id)
+    except ValueError as exc:          # ConfigError and StoreError end in evo.cli with exit code 2
+        if isinstance(exc, ConfigError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    baseline = baseline or frames.run.get("baseline") or "torch"
+    try:
+        entries = build_dispatch(frames.records, baseline=baseline,
+                                 winners=read_winners(playoff) if playoff else None)
     except ValueError as exc:        # only the playoff can be wrong here: a file that is not one, or another run's
         print(f"error: --playoff {playoff}: {exc}", file=sys.stderr)
         return 2
@@ -177,16 +186,19 @@ def print_dispatch(path: str | Path, baseline: str | None = None, out: str | Pat
         rng = f"{e.n_min}..{e.n_max if e.n_max is not None else 'inf'}"
         print(f"| {e.dtype} | {rng} | {e.key} | {len(e.cases)} | {gm} |")
     if out:
-        table = {"run_id": rd.run_id, "baseline": baseline, "entries": [e.to_dict() for e in entries]}
+        table = {"run_id": frames.run["run_id"], "baseline": baseline, "entries": [e.to_dict() for e in entries]}
         if playoff:
             table["playoff"] = str(playoff)
         Path(out).write_text(json.dumps(table, indent=1))
     return 0
 
 
-def report_run(source: str | Path, out: str | Path, run_id: str | None = None) -> int:
-    """report.md and its figures for a run directory, a store URL or an `evo dump` JSON file."""
+def report_run(source: str | Path, out: str | Path, run_id: str | None = None,
+               playoff: str | Path | None = None) -> int:
+    """report.md and its figures for a run directory, a store URL or an `evo dump` JSON file; with a
+    playoff file, its dispatch section is the one `evo dispatch --playoff` and `evo export` make."""
     from evo.analysis import load_run
+    from evo.playoff import read_winners
     from evo.report import write_report
 
     try:
@@ -198,7 +210,12 @@ def report_run(source: str | Path, out: str | Path, run_id: str | None = None) -
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    path = write_report(frames, out)
+    try:
+        winners = read_winners(playoff) if playoff else None
+        path = write_report(frames, out, winners=winners, playoff=playoff)
+    except ValueError as exc:        # the playoff: a file that is not one, or another run's
+        print(f"error: --playoff {playoff}: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {path} ({len(frames.evaluations)} evaluations of {frames.run['run_id']})")
     return 0
 

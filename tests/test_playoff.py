@@ -220,3 +220,26 @@ def test_export_refuses_a_playoff_that_is_not_one_or_not_this_runs(tmp_path):
     with pytest.raises(ExportError, match="no complete verified evidence"):
         export_run(RUN, tmp_path / "pkg", playoff=foreign)
     assert not (tmp_path / "pkg").exists()
+
+
+def test_the_committed_dispatch_is_what_evo_dispatch_makes_of_the_recording_and_its_playoff(tmp_path):
+    """`evo dispatch` takes a dump (the committed recordings are dumps) as well as a run directory;
+    `evo report --playoff` refuses a file that is not a playoff in one line."""
+    import subprocess
+    import sys
+
+    committed = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
+    args = ["--playoff", str(REPO / "results" / "playoff.json")] if committed.get("playoff") else []
+    out = tmp_path / "d.json"
+    p = subprocess.run([sys.executable, "-m", "evo.cli", "dispatch", str(RUN), *args, "--out", str(out)],
+                       capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=120)
+    assert p.returncode == 0, p.stderr
+    made = json.loads(out.read_text())
+    assert (made["run_id"], made["entries"]) == (committed["run_id"], committed["entries"])
+    bad = subprocess.run([sys.executable, "-m", "evo.cli", "report", str(RUN), "--out", str(tmp_path / "r"),
+                          "--playoff", str(REPO / "results" / "rmsnorm_dispatch.json")], capture_output=True,
+                         text=True, env=subprocess_env(), cwd=REPO, timeout=120)
+    assert bad.returncode == 2 and "not a dispatch playoff file" in bad.stderr and "Traceback" not in bad.stderr
+    missing = subprocess.run([sys.executable, "-m", "evo.cli", "dispatch", str(tmp_path / "nothing.json")],
+                             capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=120)
+    assert missing.returncode == 2 and missing.stderr.startswith("error:") and "Traceback" not in missing.stderr

@@ -150,23 +150,32 @@ def dump_run(path: str | Path, out: str | Path) -> int:
     return 0
 
 
+def _frames_or_error(source: str | Path, run_id: str | None):
+    """evo.load_run, or None after a one-line error on stderr for a source that is not a run (a
+    ConfigError is raised on: evo.cli reports it with the field that is wrong)."""
+    from evo.analysis import load_run
+    from evo.config import ConfigError
+
+    try:
+        return load_run(source, run_id=run_id)
+    except ValueError as exc:          # ConfigError and StoreError end in evo.cli with exit code 2
+        if isinstance(exc, ConfigError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
 def print_dispatch(source: str | Path, baseline: str | None = None, out: str | Path | None = None,
                    playoff: str | Path | None = None, run_id: str | None = None) -> int:
     """`evo dispatch` for a run directory, a store URL or an `evo dump` JSON file (the committed
     recordings are dumps: results/rmsnorm_dispatch.json is rebuilt from one and its playoff)."""
     import json
 
-    from evo.analysis import load_run
-    from evo.config import ConfigError
     from evo.dispatch import build_dispatch
     from evo.playoff import read_winners
 
-    try:
-        frames = load_run(source, run_id=run_id)
-    except ValueError as exc:          # ConfigError and StoreError end in evo.cli with exit code 2
-        if isinstance(exc, ConfigError):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
+    frames = _frames_or_error(source, run_id)
+    if frames is None:
         return 2
     baseline = baseline or frames.run.get("baseline") or "torch"
     try:
@@ -197,18 +206,11 @@ def report_run(source: str | Path, out: str | Path, run_id: str | None = None,
                playoff: str | Path | None = None) -> int:
     """report.md and its figures for a run directory, a store URL or an `evo dump` JSON file; with a
     playoff file, its dispatch section is the one `evo dispatch --playoff` and `evo export` make."""
-    from evo.analysis import load_run
     from evo.playoff import read_winners
     from evo.report import write_report
 
-    try:
-        frames = load_run(source, run_id=run_id)
-    except ValueError as exc:          # ConfigError and StoreError end in evo.cli with exit code 2
-        from evo.config import ConfigError
-
-        if isinstance(exc, ConfigError):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
+    frames = _frames_or_error(source, run_id)
+    if frames is None:
         return 2
     try:
         winners = read_winners(playoff) if playoff else None

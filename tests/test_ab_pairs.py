@@ -124,32 +124,10 @@ def test_main_writes_after_every_pair_and_max_s_keeps_what_is_done(monkeypatch, 
     --max-s the pairs started before the limit are kept and the cut is said in the markdown."""
     import fitness.gpu_evaluator
 
-    class JudgeDouble:
-        """Stands in for GPUEvaluator: B (lean_groups on) 2 % faster than A; knows its device only
-        after an evaluation, like the real judge."""
-        def __init__(self, family, space, **kw):
-            self.device = ""
+    from tests.judge_double import judge_double
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def describe(self):
-            return {"device": self.device}
-
-        def prefetch(self, genomes):
-            pass
-
-        def evaluate_cases(self, genomes, cases):
-            (g,) = genomes
-            self.device = "test double"
-            t = 9.8 if g["lean_groups"] else 10.0
-            return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=Status.OK,
-                               cases=tuple(CaseResult(case=c, time_us=t, baselines_us={"torch": 27.0})
-                                           for c in cases))]
-
+    # B (lean_groups on) 2 % faster than A
+    JudgeDouble = judge_double(lambda g: 9.8 if g["lean_groups"] else 10.0, baselines_us={"torch": 27.0})
     monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", JudgeDouble)
     out = tmp_path / "ab"
     pairs = "ed8f41a1:ed8f41a1+lean_groups=true,ed8f41a1:ed8f41a1+chunks=4+lean_groups=true,ed8f41a1:ed8f41a1+unroll=1"

@@ -158,34 +158,11 @@ def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_
 
     import fitness.gpu_evaluator
 
-    class JudgeDouble:
-        """Stands in for GPUEvaluator: times each genome by a fixed function of its key; like the
-        real judge, it knows its device only once it has evaluated something."""
-        def __init__(self, family, space, **kw):
-            self.calls = 0
-            self.device = ""
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def describe(self):
-            return {"device": self.device}
-
-        def prefetch(self, genomes):
-            prefetched.extend(g.key for g in genomes)
-
-        def evaluate_cases(self, genomes, cases):
-            (g,) = genomes
-            self.calls += 1
-            self.device = "test double"
-            t = 10.0 + int(g.key[:4], 16) / 65536          # stable, different per genome
-            return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=Status.OK,
-                               cases=tuple(CaseResult(case=c, time_us=t) for c in cases))]
+    from tests.judge_double import judge_double
 
     prefetched = []
+    # stable and different per genome: the fastest contender is the one with the smallest key prefix
+    JudgeDouble = judge_double(lambda g: 10.0 + int(g.key[:4], 16) / 65536, prefetched)
     monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", JudgeDouble)
     spec = importlib.util.spec_from_file_location("playoff_script", REPO / "experiments" / "scripts" / "playoff.py")
     script = importlib.util.module_from_spec(spec)

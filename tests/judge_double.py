@@ -1,0 +1,45 @@
+"""A labelled test double of fitness.gpu_evaluator.GPUEvaluator for the end-to-end tests of the
+device scripts (playoff.py, ab_pairs.py): the real judge needs the GPU. It is no judge: it times
+each genome by a function the test gives, verifies nothing, and like the real one learns its device
+only from its first evaluation (a script that asks earlier writes "?")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from fitness.records import CaseResult, Evaluation, Status
+
+
+def judge_double(time_of: Callable[[Mapping], float], prefetched: list | None = None,
+                 baselines_us: Mapping[str, float] | None = None) -> type:
+    """A class to monkeypatch over GPUEvaluator: `time_of(genome)` is every case's time;
+    `prefetched` collects the keys the script asks to compile up front."""
+
+    class JudgeDouble:
+        def __init__(self, family, space, **kw):
+            self.device = ""
+            self.calls = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def describe(self):
+            return {"device": self.device}
+
+        def prefetch(self, genomes):
+            if prefetched is not None:
+                prefetched.extend(g.key for g in genomes)
+
+        def evaluate_cases(self, genomes, cases):
+            (g,) = genomes
+            self.calls += 1
+            self.device = "test double"
+            t = time_of(g)
+            return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=Status.OK,
+                               cases=tuple(CaseResult(case=c, time_us=t, baselines_us=dict(baselines_us or {}))
+                                           for c in cases))]
+
+    return JudgeDouble

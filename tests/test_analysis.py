@@ -91,7 +91,7 @@ def test_dump_frames_hold_the_stored_numbers(dump_frames):
     data = json.loads(DUMP.read_text())
     evs = [Evaluation.from_dict(e) for e in data["evaluations"]]
     ev = dump_frames.evaluations
-    assert len(ev) == len(evs) == 116
+    assert len(ev) == len(evs) == 128
     assert dump_frames.run["metric"] == data["config"]["objective"]["metric"] == "geomean_speedup"
     assert dump_frames.run["baseline"] == "torch" and dump_frames.run["run_id"] == data["run_id"]
     for row, e in zip(ev.itertuples(index=False), evs):
@@ -125,7 +125,7 @@ def test_synthetic_run_dir_frames_equal_the_store(synthetic_run):
 def test_rmsnorm_run_dir_frames_equal_the_store(rmsnorm_run):
     records, _ = stored(rmsnorm_run)
     frames = load_run(rmsnorm_run.path)
-    assert len(frames.evaluations) == len(records) == 116
+    assert len(frames.evaluations) == len(records) == 128
     check_against_records(frames, records, "geomean_speedup")
     assert frames.evaluations["gpu_seconds"].notna().all()
 
@@ -191,16 +191,26 @@ def test_plots_draw_into_given_axes_and_leave_pyplot_alone(dump_frames, syntheti
 
 # -- report -------------------------------------------------------------------------------------
 def test_write_report(dump_frames, tmp_path):
-    path = write_report(dump_frames, tmp_path / "rep")
+    """The report's dispatch section is the committed table: the run's fastest per width, or, where
+    the table names the playoff it was chosen with, that playoff's winners (results/playoff.json)."""
+    from evo.playoff import read_winners
+
+    dispatch = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
+    playoff = REPO / "results" / "playoff.json" if dispatch.get("playoff") else None
+    path = write_report(dump_frames, tmp_path / "rep", winners=read_winners(playoff) if playoff else None,
+                        playoff=playoff)
     text = path.read_text()
     assert path.name == "report.md"
     best = dump_frames.best()["key"]
     assert best in text and dump_frames.run["run_id"] in text and "NVIDIA H200" in text
     assert "| bf16/32768x256 |" in text and "speedup vs torch" in text
-    dispatch = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
-    assert all(e["key"] in text for e in dispatch["entries"])
-    assert "## One-gene differences" in text and "| lean_groups | False | True | 9 | 0.9934 | 3 | 5 |" in text
-    assert "### By resident warps" in text and "| lean_groups | False | True | same | 279 | 1.001 | 107 | 89 |" in text
+    section = text.split("## Dispatch table", 1)[1].split("\n## ", 1)[0]
+    table_keys = [line.split("`")[1] for line in section.splitlines() if line.startswith("| ") and "`" in line
+                  and line.count("|") == 6]
+    assert table_keys == [e["key"] for e in dispatch["entries"]]
+    assert not playoff or "the playoff `playoff.json` contested" in section
+    assert "## One-gene differences" in text and "| lean_groups | False | True | 3 | 0.9913 | 0 | 2 |" in text
+    assert "### By resident warps" in text and "| lean_groups | False | True | same | 99 | 1.001 | 35 | 40 |" in text
     assert "### Its cases: resident CTAs and warps per SM" in text and "| fp32/8192x262144 | `388b6322` | 4507 | 3.812 | 3 | 24 | shared memory |" in text
     for name in plots.ALL:
         png = tmp_path / "rep" / f"{name}.png"
@@ -245,11 +255,11 @@ def test_one_gene_pairs_are_exactly_the_genomes_one_gene_apart(dump_frames):
             diff = [g for g in genes if ev.loc[a, f"gene.{g}"] != ev.loc[b, f"gene.{g}"]]
             if len(diff) == 1:
                 brute.add(frozenset((a, b)))
-    assert {frozenset((a, b)) for a, b in zip(pairs["key_a"], pairs["key_b"])} == brute and len(brute) == 44
+    assert {frozenset((a, b)) for a, b in zip(pairs["key_a"], pairs["key_b"])} == brute and len(brute) == 36
     # the ratio is b's speedup over a's, per case, averaged geometrically
-    row = pairs[(pairs["key_a"] == "ed8f41a1daee0c283048") & (pairs["key_b"] == "7da12ef80a2327a080b0")].iloc[0]
+    row = pairs[(pairs["key_a"] == "54748e1b4717ec5881d8") & (pairs["key_b"] == "9ec2aa22eae58856bd79")].iloc[0]
     cases = dump_frames.cases.set_index(["key", "case"])["speedup.torch"]
-    r = cases.loc["7da12ef80a2327a080b0", "fp16/16384x131072"] / cases.loc["ed8f41a1daee0c283048", "fp16/16384x131072"]
+    r = cases.loc["9ec2aa22eae58856bd79", "fp16/16384x131072"] / cases.loc["54748e1b4717ec5881d8", "fp16/16384x131072"]
     assert (row["gene"], row["value_a"], row["value_b"], row["cases"]) == ("lean_groups", False, True, 33)
     assert row["best_case"] == "fp16/16384x131072" and row["max_ratio"] == pytest.approx(r)
     assert row["min_ratio"] <= row["ratio"] <= row["max_ratio"]

@@ -62,32 +62,31 @@ def test_recorded_evaluations_are_complete_evidence(recording):
             assert all(c.time_us and c.baselines_us.get("torch") for c in timed)
             assert not truncated or e.fitness("geomean_speedup") < 0.5
             assert e.artifacts.get("compile_log") is not None and e.artifacts.get("resources")
-    # session 8: 1 candidate cut as hopeless (session 7: 1), none INVALID; the three genomes whose
-    # launch() refuses most cases refuse 7 each (rows their shared memory cannot hold)
-    assert sum("truncated, hopeless" in e.message for e in evs) == 1
-    assert sorted(sum(is_unsupported(c) for c in e.cases) for e in evs)[-3:] == [7, 7, 7]
+    # session 9: 3 candidates cut as hopeless (drawn register kernels; session 8: 1), none INVALID;
+    # 5 genomes' launch() refuses one case each, fp32 8192 x 262144 (a row their shared memory
+    # cannot hold)
+    assert sum("truncated, hopeless" in e.message for e in evs) == 3
+    refused = [[c.case for c in e.cases if is_unsupported(c)] for e in evs]
+    assert sorted(r for r in refused if r) == [["fp32/8192x262144"]] * 5
     assert all(e.status.value == "OK" for e in evs)
 
 
-def test_seeds_were_carried_and_their_lean_variants_judged_beside_them(recording):
-    """search.carry_seeds: session 7's 23 per-case champions answered from their verdicts (same
-    device, driver, toolkit; space v5 renders them to their very source), and
-    search.seed_variants: the first 8 of them again with lean_groups on, judged in full; the
-    rest of the first population drawn from one-warp CTAs without clusters (init_within)."""
+def test_seeds_were_carried_and_the_rest_drawn_from_register_kernels_of_many_warps(recording):
+    """search.carry_seeds: session 8's 24 per-case champions (its dispatch genomes) answered from
+    their verdicts (same device, driver, toolkit; space v5 renders them to their very source); the
+    rest of the first population drawn from register kernels of 512-1024 threads in clusters of
+    8-16 holding 2-4 vectors per thread (init_within)."""
     evs = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
     seeds = [x["key"] for x in recording["lineage"] if x["operator"] == "seed"]
     carried = [k for k in seeds if evs[k].artifacts.get("carried_from")]
-    variants = [k for k in seeds if k not in carried]
-    assert len(seeds) == 31 and len(carried) == 23 and len(variants) == 8
+    assert len(seeds) == len(carried) == 24
     assert {evs[k].artifacts["carried_from"] for k in carried} == {"../results/rmsnorm_fwd_h200_run.json"}
-    assert not any(evs[k].genome["lean_groups"] for k in carried)
-    for k in variants:   # each is a carried seed with lean_groups turned on, nothing else
-        g = evs[k].genome
-        assert g["lean_groups"] and SPACE.make({**g, "lean_groups": False}).key in carried
-        assert evs[k].status.value == "OK" and len(evs[k].cases) == 33   # seeds_in_full
+    session8 = json.loads((REPO / "results" / "session8" / "rmsnorm_dispatch.json").read_text())
+    assert set(seeds) == {e["key"] for e in session8["entries"]}
     drawn = [evs[x["key"]].genome for x in recording["lineage"] if x["operator"].startswith("init")]
-    assert len(drawn) == 17
-    assert all(g["cta_threads"] == 32 and g["cluster"] == 1 and not g["persistent"] for g in drawn)
+    assert len(drawn) == 24
+    assert all(g["staging"] == "regs" and g["cluster"] in (8, 16) and g["cta_threads"] in (512, 1024)
+               and g["chunks"] in (2, 3, 4) and not g["persistent"] for g in drawn)
 
 
 def test_dispatch_table_is_rebuilt_from_the_recording(recording):
@@ -115,14 +114,14 @@ def test_readme_main_job_runs_without_a_gpu(tmp_path):
                           "--runs-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(),
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert "116 evaluations" in res.stdout and "recording ends here" in res.stdout
-    assert "best geomean_speedup = 1.37867" in res.stdout
+    assert "128 evaluations" in res.stdout and "recording ends here" in res.stdout
+    assert "best geomean_speedup = 1.37942" in res.stdout
 
 
 @pytest.mark.parametrize("session, evaluations, best", [("session1", 32, None), ("session2", 52, "1.1769"),
                                                         ("session3", 104, "1.1936"), ("session4", 96, "1.3015"),
                                                         ("session5", 116, "1.31608"), ("session6", 112, "1.33895"),
-                                                        ("session7", 112, "1.37867")])
+                                                        ("session7", 112, "1.37867"), ("session8", 116, "1.37867")])
 def test_earlier_sessions_searches_replay_from_their_archived_configs(tmp_path, session, evaluations, best):
     """experiments/archive/ keeps each earlier search's config beside its recording in results/."""
     import subprocess

@@ -6,7 +6,7 @@ set -o pipefail
 RUN=$1; OUTD=$2; BENCH=${3:-results/rmsnorm_fwd_h200.json}
 mkdir -p "$OUTD"
 rm -rf /tmp/pkg /tmp/pkgsite
-# the playoff the dispatch table was chosen with (device_chain_b.sh, PLAYOFF_S > 0), if any
+# the playoff the dispatch table was chosen with (device_chain_c.sh, PLAYOFF_S > 0), if any
 PLAYOFF=(); [ -f "${PLAYOFF_FILE:-/root/work/playoff.json}" ] && PLAYOFF=(--playoff "${PLAYOFF_FILE:-/root/work/playoff.json}")
 python3 -m evo.cli export "$RUN" "${PLAYOFF[@]}" --out /tmp/pkg --bench "$BENCH" 2>&1 | tail -3 || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check --target /tmp/pkgsite /tmp/pkg 2>&1 | tail -3

@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     results = []
 
-    def device(judge) -> str:           # the judge learns its device from the first evaluation
+    def device_of(judge) -> str:        # the judge learns its device from the first evaluation
         return judge.describe().get("device") or "?"
 
     def write(device: str) -> str:      # after every width: a call's time limit keeps what is done
@@ -73,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"--max-s {args.max_s:.0f} reached: {len(contests) - len(results)} widths keep the run's winner")
                 break
             results += run_playoff(judge.evaluate_cases, genomes, [contest], repeats=args.repeats, progress=print)
-            write(device(judge))
-        print(write(device(judge)))
+            write(device_of(judge))
+        print(write(device_of(judge)))
     return 0
 
 

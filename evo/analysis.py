@@ -130,7 +130,8 @@ def _from_dump(path: Path, run_id: str | None) -> RunFrames:
     config = data.get("config") or {}
     info = RunInfo(run_id=rid, name=config.get("experiment", {}).get("name", rid),
                    family=data.get("family", ""), seed=int(data.get("seed", 0)), config=config,
-                   created_at=0.0, state=data.get("state", "dumped"), notes=data.get("notes") or {})
+                   created_at=0.0, state=data.get("state", "dumped"), notes=data.get("notes") or {},
+                   elapsed_s=float(data.get("elapsed_s") or 0.0))
     return frames_from_records(info, sorted(records, key=lambda r: r.seq))
 
 

@@ -2,95 +2,138 @@
 
     evo run CONFIG [--replay TABLE] [--store URL] [--seed N] [--evaluations N] [--runs-dir DIR]
     evo resume RUN_DIR
-    evo status RUN_DIR
-    evo dump RUN_DIR --out FILE.json          # the run's evaluations as a replay table
+    evo status RUN                            # RUN: a run directory, a store URL or an `evo dump` file
+    evo dump RUN --out FILE.json[.gz]         # the run's evaluations as a replay table
     evo dispatch RUN [--out FILE.json] [--playoff FILE]   # per dtype and N range, the fastest verified genome
-    evo report RUN [--run-id ID] --out DIR [--playoff FILE]   # report.md + figures (RUN: run dir, store URL or dump JSON)
+    evo report RUN --out DIR [--playoff FILE]   # report.md + figures
     evo export RUN --out DIR [--name PKG]     # the dispatch table as a standalone pip package
 
-Bad input ends with one line per problem and exit code 2, never a traceback. Ctrl-C (or
-SIGTERM) stops cleanly after recording everything already evaluated; `evo resume` continues.
+Bad input ends with one line per problem and exit code 2, never a traceback; a machine that cannot
+judge (no GPU, no nvcc) exits 3. Ctrl-C (or SIGTERM) stops cleanly after recording everything
+already evaluated; `evo resume` continues. A closed pipe (`evo status RUN | head`) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from evo.config import ConfigError, load_config
 from evo.store import StoreError
 from fitness.toolchain import ToolchainError
-from fitness.workers import WorkerStartupError
+from fitness.workers import NoDeviceError, WorkerPoolError
+
+RUN_HELP = "a run directory, an `evo dump` file (.json/.json.gz) or a store URL (URL#RUN_ID)"
 
 
 def _sigterm_to_interrupt(signum, frame):  # pragma: no cover - exercised by subprocess tests
     raise KeyboardInterrupt
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as _version
+
+    try:
+        return _version("ptx-kernel-factory")
+    except PackageNotFoundError:       # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="experiment TOML (see experiments/)")
-    p.add_argument("--replay", help="answer from a recorded table (.csv/.json) or URL#RUN_ID instead of the GPU")
-    p.add_argument("--store", help="SQLAlchemy URL of the store (default: SQLite in the run directory)")
+    p.add_argument("--replay", metavar="TABLE", help="answer from a recorded table (.csv/.json/.json.gz; a path "
+                   "relative to the working directory) or URL#RUN_ID instead of the GPU")
+    p.add_argument("--store", metavar="URL", help="SQLAlchemy URL of the store (default: SQLite in the run directory)")
     p.add_argument("--seed", type=int, help="override experiment.seed")
-    p.add_argument("--evaluations", type=int, help="override budget.evaluations")
-    p.add_argument("--latency", type=float, help="replay: simulated seconds per evaluation")
-    p.add_argument("--runs-dir", help="override output.runs_dir")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--evaluations", type=int, metavar="N", help="override budget.evaluations (an Optuna stage "
+                   "larger than half of it is scaled down to half, with a notice)")
+    p.add_argument("--latency", type=float, metavar="S", help="replay: simulated seconds per evaluation")
+    p.add_argument("--runs-dir", metavar="DIR", help="override output.runs_dir")
+    _add_quiet_report(p)
+
+
+def _add_quiet_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress (bar or periodic lines)")
+    p.add_argument("--no-report", action="store_true", help="do not write report.md into the run directory at the end")
+
+
+def _add_run_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--run-id", default=None, help="which run, when the store holds several")
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="evo", description="PTX kernel factory: evolve, verify and time GPU kernels.")
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = argparse.ArgumentParser(prog="evo", description="PTX kernel factory: evolve, verify and time GPU kernels.",
+                                 epilog="First try: evo run experiments/rmsnorm_fwd_h200.toml --replay "
+                                        "results/rmsnorm_fwd_h200_run.json (no GPU needed).")
+    ap.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run_args(sub.add_parser("run", help="start a run from a config"))
     r = sub.add_parser("resume", help="continue a run that was stopped or killed")
-    r.add_argument("run_dir")
-    r.add_argument("--quiet", action="store_true")
-    s = sub.add_parser("status", help="what a run has found so far")
-    s.add_argument("run_dir")
-    d = sub.add_parser("dump", help="write a run's evaluations as a replay table (JSON)")
-    d.add_argument("run_dir")
-    d.add_argument("--out", required=True)
-    t = sub.add_parser("dispatch", help="dispatch table: the fastest verified genome per dtype and N range")
-    t.add_argument("run", help="run dir, store URL or `evo dump` JSON")
-    t.add_argument("--run-id", default=None, help="which run, when the store holds several")
+    r.add_argument("run_dir", help="the run directory `evo run` made (runs/<name>-<time>-<id>)")
+    _add_quiet_report(r)
+    s = sub.add_parser("status", help="what a run has found so far (safe while it runs)")
+    _add_run_source(s)
+    d = sub.add_parser("dump", help="write a run's evaluations as a replay table (JSON, gzipped for .gz)")
+    _add_run_source(d)
+    d.add_argument("--out", required=True, help="the file to write (.json or .json.gz)")
+    t = sub.add_parser("dispatch", help="dispatch table: the fastest verified genome per dispatch range")
+    _add_run_source(t)
     t.add_argument("--baseline", default=None, help="baseline for the speedup column (default: the run's)")
     t.add_argument("--out", help="also write the table as JSON")
-    t.add_argument("--playoff", default=None, help="a playoff file (experiments/scripts/playoff.py) whose winners "
+    t.add_argument("--playoff", default=None, help="a playoff file (`evo playoff`) whose winners "
                    "replace the recorded fastest of the widths it contested")
-    rp = sub.add_parser("report", help="write report.md and its figures (RUN: run dir, store URL or dump JSON)")
-    rp.add_argument("run")
-    rp.add_argument("--run-id", default=None, help="which run, when the store holds several")
+    rp = sub.add_parser("report", help="write report.md and its figures")
+    _add_run_source(rp)
     rp.add_argument("--out", required=True, help="output directory")
-    rp.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with "
-                    "(experiments/scripts/playoff.py): the report's dispatch section takes its winners")
+    rp.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with: "
+                    "the report's dispatch section takes its winners")
     ex = sub.add_parser("export", help="write the run's dispatch table as a standalone pip-installable package")
-    ex.add_argument("run", help="run dir, store URL or `evo dump` JSON")
+    _add_run_source(ex)
     ex.add_argument("--out", required=True, help="package directory to create")
-    ex.add_argument("--run-id", default=None, help="which run, when the store holds several")
     ex.add_argument("--name", default=None, help="package name (default ptxk_<family>)")
     ex.add_argument("--cache-dir", default=None, help="compile cache (default: the run's evaluator.cache_dir)")
-    ex.add_argument("--bench", default=None, help="benchmark JSON measured with this dispatch table (for README)")
+    ex.add_argument("--bench", default=None, help="the final table's JSON (`evo table`) measured with this "
+                    "dispatch table, for the package README")
     ex.add_argument("--force", action="store_true", help="replace a non-empty --out")
     ex.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`evo status RUN | head`): stop quietly, as a killed pipe writer would
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     try:
         if args.command == "run":
             return _cmd_run(args)
         if args.command == "resume":
-            return _cmd_resume(args)
+            from evo.session import resume_run
+
+            return resume_run(args.run_dir, quiet=args.quiet, report=not args.no_report)
         if args.command == "status":
-            return _cmd_status(args)
+            from evo.session import print_status
+
+            return print_status(args.run, run_id=args.run_id)
         if args.command == "dump":
             from evo.session import dump_run
 
-            return dump_run(args.run_dir, args.out)
+            return dump_run(args.run, args.out, run_id=args.run_id)
         if args.command == "dispatch":
             from evo.session import print_dispatch
 
@@ -107,7 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (ToolchainError, WorkerStartupError) as exc:
+    except NoDeviceError:
+        from evo.session import NO_GPU
+
+        print(f"error: {NO_GPU}", file=sys.stderr)
+        return 3
+    except (ToolchainError, WorkerPoolError) as exc:
         # the machine, not a candidate, is broken: nothing more can be judged here
         print(f"error: {exc}", file=sys.stderr)
         return 3
@@ -122,37 +170,34 @@ def _cmd_run(args) -> int:
     if args.replay:
         overrides["evaluator.kind"] = "replay"
         overrides["evaluator.replay"] = args.replay
+        if "://" not in args.replay:
+            # a path given on the command line is relative to where the command runs
+            path = Path(args.replay).expanduser().resolve()
+            if not path.is_file():
+                shown = "" if str(path) == args.replay else f" ({path}: --replay paths are relative to the working directory)"
+                print(f"error: --replay {args.replay}: no such file{shown}", file=sys.stderr)
+                return 2
+            overrides["evaluator.replay"] = str(path)
     if args.store:
         overrides["store.url"] = args.store
     if args.seed is not None:
         overrides["experiment.seed"] = args.seed
     if args.evaluations is not None:
         overrides["budget.evaluations"] = args.evaluations
+        opt = cfg.search.optuna
+        if opt.enabled and args.evaluations >= 2 and opt.trials > args.evaluations // 2:
+            # a first try with a small budget should run, not be refused over the second stage's share
+            overrides["search.optuna.trials"] = args.evaluations // 2
+            print(f"note: --evaluations {args.evaluations}: search.optuna.trials scaled from {opt.trials} to "
+                  f"{args.evaluations // 2} (half of the budget)", file=sys.stderr)
     if args.latency is not None:
         overrides["evaluator.latency_s"] = args.latency
     if args.runs_dir:
         overrides["output.runs_dir"] = args.runs_dir
     if args.quiet:
         overrides["output.progress"] = False
-    if args.replay and "://" not in args.replay:
-        # a path given on the command line is relative to where the command runs
-        from pathlib import Path
-
-        overrides["evaluator.replay"] = str(Path(args.replay).resolve())
     cfg = cfg.with_overrides(overrides)
-    return start_run(cfg)
-
-
-def _cmd_resume(args) -> int:
-    from evo.session import resume_run
-
-    return resume_run(args.run_dir, quiet=args.quiet)
-
-
-def _cmd_status(args) -> int:
-    from evo.session import print_status
-
-    return print_status(args.run_dir)
+    return start_run(cfg, report=not args.no_report)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -176,7 +176,8 @@ class StoreSection:
 @dataclass(frozen=True)
 class OutputSection:
     runs_dir: str = _f("runs", doc="where run directories are made (relative to the working directory)")
-    progress: bool = _f(True, doc="show a progress bar")
+    progress: bool = _f(True, doc="show progress (a bar on a terminal, a line every 10 s otherwise)")
+    report: bool = _f(True, doc="write report.md and its figures into the run directory when the run ends")
 
 
 @dataclass(frozen=True)
@@ -344,7 +345,7 @@ def from_dict(data: Mapping[str, Any], source: str = "") -> Config:
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError([f"config file {path} does not exist"], str(path))
+        raise ConfigError(["config file does not exist"], str(path))
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:

@@ -7,6 +7,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from fitness.replay import ReplayEvaluator
 from genomes import load_space
 from evo.config import Config
 from evo.evaluators import (build_evaluator, carried_evaluations, check_environment, prior_evaluations, seed_evidence,
@@ -19,6 +20,15 @@ from evo.store import best_record, open_store
 
 def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
     """Run (or continue) the run in `rd` to the end of its budget."""
+    return _execute(rd, quiet)[0]
+
+
+def _execute(rd: RunDir, quiet: bool = False) -> tuple[RunSummary, int | None]:
+    """The run's summary, and how many evaluations its replay recording holds (None: no replay).
+    A machine that cannot judge (no GPU) leaves the run marked failed, with the reason, before the
+    error goes up: `evo status` must not show it "running" forever."""
+    from fitness.workers import NoDeviceError, WorkerPoolError
+
     cfg = rd.config
     space = load_space(cfg.experiment.family, cfg.experiment.space_version)
     store = open_store(rd.store_url)
@@ -27,30 +37,78 @@ def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
             store.get_run(rd.run_id)
         except KeyError:
             store.create_run(new_run_info(cfg, rd.run_id))
-        bar = ProgressBar(cfg.budget.evaluations, cfg.objective.metric, enabled=cfg.output.progress and not quiet)
         evidence = seed_evidence(cfg, space)
-        with build_evaluator(cfg, space) as evaluator:
+        try:
+            evaluator = build_evaluator(cfg, space)
+        except WorkerPoolError as exc:
+            why = NO_GPU if isinstance(exc, NoDeviceError) else f"no evaluator: {exc}"
+            store.update_run(rd.run_id, state="failed", notes={"stop_reason": why})
+            raise
+        recorded = len(evaluator) if isinstance(evaluator, ReplayEvaluator) else None
+        total = cfg.budget.evaluations
+        if recorded is not None:
+            device = evaluator.describe().get("device", "").removeprefix("replay of ")
+            print(f"replaying {evaluator.source}: {recorded} evaluations recorded on {device or '?'}, "
+                  f"verdict for verdict (no GPU needed)", file=sys.stderr)
+            total = min(total, recorded)
+        bar = ProgressBar(total, cfg.objective.metric, enabled=cfg.output.progress and not quiet)
+        with evaluator:
             run = Run(cfg, space, store, evaluator, rd.run_id, optuna_storage=rd.optuna_storage,
                       seeds=seed_genomes(cfg, space, evidence), prior=prior_evaluations(cfg, space, evidence),
                       carried=carried_evaluations(cfg, space, evidence), on_progress=bar)
             try:
-                return run.optimize()
+                return run.optimize(), recorded
             finally:
                 bar.close()
     finally:
         store.close()
 
 
-def _report(rd: RunDir, summary: RunSummary) -> None:
+#: why a run on a machine without a GPU stopped: the config keys that change it, not Python arguments
+NO_GPU = ('no GPU visible for [evaluator] kind = "gpu"; on a machine with one, set [evaluator] workers = N to '
+          'start N workers anyway; without one, replay a recording: --replay FILE (or [evaluator] kind = '
+          '"replay", replay = FILE)')
+
+
+def stop_reason(reason: str, replayed: int | None = None, recorded: int | None = None) -> str:
+    """A run's stop reason as a reader should take it: a replay that reached the end of its recording
+    ended normally (the recorded search stopped there too), it did not fail."""
+    if "recording ends here" not in reason:
+        return reason
+    if recorded is None:
+        return "the replay reached the end of its recording"
+    if replayed is not None and replayed < recorded:
+        return (f"the replay asked a genome its recording has no verdict for ({replayed} of the {recorded} recorded "
+                f"evaluations replayed: from here the search differs from the recorded one)")
+    return f"the replay reached the end of its recording (all {recorded} recorded evaluations replayed)"
+
+
+def _report(rd: RunDir, summary: RunSummary, recorded: int | None = None, report: bool = True) -> None:
     metric = rd.config.objective.metric
+    reason = stop_reason(summary.stop_reason, summary.evaluations, recorded)
     print(f"run {summary.run_id}: {summary.evaluations} evaluations ({summary.new_evaluations} new), "
-          f"stopped: {summary.stop_reason}")
+          f"stopped: {reason}")
     print("  by status: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.by_status.items())))
     if summary.best:
         b = summary.best
         print(f"  best {metric} = {b.fitness(metric):.6g}  key {b.key}  (generation {b.generation}, {b.operator})")
         print(f"  genome: {dict(b.evaluation.genome)}")
     print(f"  run directory: {rd.path}")
+    if report and rd.config.output.report and summary.evaluations:
+        print(f"  report: {_write_run_report(rd)}")
+    print(f"  next: evo dispatch {rd.path}  |  evo export {rd.path} --out DIR")
+
+
+def _write_run_report(rd: RunDir) -> str:
+    """report.md and its figures in the run directory (output.report); a failure to draw them is a
+    line, not a failed run: every evaluation is recorded already."""
+    from evo.analysis import load_run
+    from evo.report import write_report
+
+    try:
+        return str(write_report(load_run(rd.path), rd.path / "report"))
+    except Exception as exc:  # noqa: BLE001 - the run is recorded; the report can be made later
+        return f"not written ({type(exc).__name__}: {exc}); evo report {rd.path} --out DIR"
 
 
 def _interrupted(rd: RunDir) -> int:
@@ -59,43 +117,45 @@ def _interrupted(rd: RunDir) -> int:
     return 130
 
 
-def start_run(cfg: Config) -> int:
+def start_run(cfg: Config, report: bool = True) -> int:
     check_environment(cfg, cfg.store.url or None)
     rd = create_run_dir(cfg)
     print(f"run {rd.run_id} in {rd.path}", file=sys.stderr)
     try:
-        summary = execute(rd)
+        summary, recorded = _execute(rd)
     except KeyboardInterrupt:
         return _interrupted(rd)
-    _report(rd, summary)
+    _report(rd, summary, recorded, report=report)
     return 0
 
 
-def resume_run(path: str | Path, quiet: bool = False) -> int:
+def resume_run(path: str | Path, quiet: bool = False, report: bool = True) -> int:
     rd = open_run_dir(path)
     check_environment(rd.config)
     try:
-        summary = execute(rd, quiet=quiet)
+        summary, recorded = _execute(rd, quiet=quiet)
     except KeyboardInterrupt:
         return _interrupted(rd)
-    _report(rd, summary)
+    _report(rd, summary, recorded, report=report)
     return 0
 
 
-def print_status(path: str | Path) -> int:
-    rd = open_run_dir(path)
-    metric = rd.config.objective.metric
-    with open_store(rd.store_url) as store:
-        info = store.get_run(rd.run_id)
-        records = store.records(rd.run_id)
+def print_status(source: str | Path, run_id: str | None = None) -> int:
+    """`evo status` of a run directory, a store URL (URL#RUN_ID) or an `evo dump` file; safe while
+    the run writes."""
+    frames = _frames_or_error(source, run_id)
+    if frames is None:
+        return 2
+    run, records, metric = frames.run, frames.records, frames.metric
+    budget = (run["config"].get("budget") or {}).get("evaluations", "?")
     by_status: dict[str, int] = {}
     for r in records:
         by_status[r.status.value] = by_status.get(r.status.value, 0) + 1
     best = best_record(records, metric)
-    print(f"run {info.run_id} ({info.family}, seed {info.seed}): {info.state}, "
-          f"{len(records)}/{rd.config.budget.evaluations} evaluations, {info.elapsed_s:.1f} s")
-    if info.notes.get("stop_reason"):
-        print(f"  stop reason: {info.notes['stop_reason']}")
+    print(f"run {run['run_id']} ({run['family']}, seed {run['seed']}): {run['state']}, "
+          f"{len(records)}/{budget} evaluations, {run['elapsed_s']:.1f} s")
+    if run["stop_reason"]:
+        print(f"  stop reason: {stop_reason(run['stop_reason'])}")
     print("  by status: " + (", ".join(f"{k} {v}" for k, v in sorted(by_status.items())) or "none yet"))
     if records:
         last = records[-1]
@@ -133,20 +193,28 @@ def search_aids(records, metric: str) -> list[str]:
     return lines
 
 
-def dump_run(path: str | Path, out: str | Path) -> int:
-    """The run's evaluations as a JSON replay table (`evo run ... --replay FILE`)."""
+def dump_run(source: str | Path, out: str | Path, run_id: str | None = None) -> int:
+    """The run's evaluations as a JSON replay table (`evo run ... --replay FILE`), gzipped when
+    `out` ends in .gz; the source is a run directory, a store URL or another dump."""
+    import gzip
     import json
 
-    rd = open_run_dir(path)
-    with open_store(rd.store_url) as store:
-        records = store.records(rd.run_id)
-        info = store.get_run(rd.run_id)
-    payload = {"run_id": rd.run_id, "family": info.family, "seed": info.seed, "config": info.config,
+    frames = _frames_or_error(source, run_id)
+    if frames is None:
+        return 2
+    run, records = frames.run, frames.records
+    payload = {"run_id": run["run_id"], "family": run["family"], "seed": run["seed"], "config": run["config"],
+               "state": run["state"], "elapsed_s": run["elapsed_s"], "notes": run["notes"],
                "evaluations": [r.evaluation.to_dict() for r in records],
                "lineage": [{"key": r.key, "seq": r.seq, "generation": r.generation, "stage": r.stage,
                             "operator": r.operator, "parents": list(r.parents)} for r in records]}
-    Path(out).write_text(json.dumps(payload, indent=1))
-    print(f"wrote {len(records)} evaluations of {rd.run_id} to {out}")
+    text = json.dumps(payload, indent=1)
+    if str(out).endswith(".gz"):
+        with gzip.open(out, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        Path(out).write_text(text)
+    print(f"wrote {len(records)} evaluations of {run['run_id']} to {out}")
     return 0
 
 

@@ -114,8 +114,13 @@ def test_readme_main_job_runs_without_a_gpu(tmp_path):
                           "--runs-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(),
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert "128 evaluations" in res.stdout and "recording ends here" in res.stdout
+    # it reads as the success it is: what it replays, that the whole recording was replayed, the best
+    # kernel, and where its report is
+    assert "replaying " in res.stderr and "128 evaluations recorded on NVIDIA H200" in res.stderr
+    assert "stopped: the replay reached the end of its recording (all 128 recorded evaluations replayed)" in res.stdout
     assert "best geomean_speedup = 1.37942" in res.stdout
+    report = next(line for line in res.stdout.splitlines() if line.strip().startswith("report: "))
+    assert report.endswith("report.md") and (tmp_path / report.split("report: ")[1]).is_file()
 
 
 @pytest.mark.parametrize("session, evaluations, best", [("session1", 32, None), ("session2", 52, "1.1769"),
@@ -132,9 +137,9 @@ def test_earlier_sessions_searches_replay_from_their_archived_configs(tmp_path, 
     config = REPO / "experiments" / "archive" / f"rmsnorm_fwd_h200_{session}.toml"
     recording = REPO / "results" / session / "rmsnorm_fwd_h200_run.json.gz"
     res = subprocess.run([sys.executable, "-m", "evo.cli", "run", str(config), "--replay", str(recording),
-                          "--runs-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(),
+                          "--runs-dir", str(tmp_path), "--no-report"], cwd=tmp_path, env=subprocess_env(),
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert f"{evaluations} evaluations" in res.stdout and "recording ends here" in res.stdout
+    assert f"{evaluations} evaluations" in res.stdout and "stopped: the replay reached the end of its recording" in res.stdout
     if best:
         assert f"best geomean_speedup = {best}" in res.stdout

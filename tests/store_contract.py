@@ -240,6 +240,27 @@ class StoreContract:
         store.update_run("r2", state="finished", notes={"x": 1})
         assert store.get_run("r1").state == "running" and dict(store.get_run("r1").notes) == {}
 
+    # events (proposals, LLM exchanges) ------------------------------------------------------
+    def test_events_append_in_order_per_kind(self, store, make_store):
+        store.create_run(run_info())
+        store.create_run(run_info("run-2"))
+        assert store.events("run-1") == []
+        assert store.append_event("run-1", "proposal", {"operator": "guided:x", "changes": {"a": 1}}) == 0
+        assert store.append_event("run-1", "llm", {"answer": "{}", "tokens": 3}) == 0
+        assert store.append_event("run-1", "proposal", {"operator": "llm:genes"}) == 1
+        store.append_event("run-2", "proposal", {"operator": "other"})
+        assert [e["operator"] for e in store.events("run-1", "proposal")] == ["guided:x", "llm:genes"]
+        assert store.events("run-1", "llm") == [{"answer": "{}", "tokens": 3, "kind": "llm", "index": 0}]
+        assert [e["kind"] for e in store.events("run-1")] == ["proposal", "llm", "proposal"]
+        with pytest.raises(RunNotFound):
+            store.append_event("nope", "proposal", {})
+        if self.persistent:
+            again = self.reopen(store, make_store)
+            try:
+                assert again.events("run-1", "proposal")[0]["changes"] == {"a": 1}
+            finally:
+                again.close()
+
     def test_second_handle_sees_writes(self, store, make_store):
         if not self.persistent:
             pytest.skip(f"{type(store).__name__} handles do not share data")

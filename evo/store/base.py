@@ -117,6 +117,18 @@ class Store(abc.ABC):
     def get_record(self, run_id: str, key: str) -> Record | None:
         """The run's record for a genome key, if any."""
 
+    # events -----------------------------------------------------------------------------------
+    # What a run's proposers did besides evaluations: every proposal (valid or not) and every LLM
+    # exchange (prompt, answer, tokens, cost), append-only, as JSON-able payloads in append order.
+    def append_event(self, run_id: str, kind: str, payload: Mapping[str, Any]) -> int:
+        """Append one event of `kind` ("proposal", "llm", ...); returns its index among the run's
+        events of that kind. RunNotFound for an unknown run."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep events")
+
+    def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        """The run's events (of one kind), in append order, each as {"kind", "index", **payload}."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep events")
+
     def count(self, run_id: str) -> int:
         return len(self.records(run_id))
 

@@ -29,6 +29,7 @@ class MemoryStore(Store):
         self._runs: dict[str, RunInfo] = {}
         self._records: dict[str, list[Record]] = {}          # run_id -> records in seq order
         self._by_key: dict[str, dict[str, Record]] = {}      # run_id -> key -> record
+        self._events: dict[str, list[dict[str, Any]]] = {}   # run_id -> events in append order
 
     def __repr__(self) -> str:
         return "MemoryStore()"
@@ -106,6 +107,20 @@ class MemoryStore(Store):
         with self._lock:
             self._run(run_id)
             return set(self._by_key[run_id])
+
+    def append_event(self, run_id: str, kind: str, payload: Mapping[str, Any]) -> int:
+        payload = copy.deepcopy(dict(payload))
+        with self._lock:
+            self._run(run_id)
+            events = self._events.setdefault(run_id, [])
+            index = sum(1 for e in events if e["kind"] == kind)
+            events.append({**payload, "kind": kind, "index": index})
+            return index
+
+    def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            self._run(run_id)
+            return [copy.deepcopy(e) for e in self._events.get(run_id, []) if kind is None or e["kind"] == kind]
 
     # helpers --------------------------------------------------------------------------------
     def _run(self, run_id: str) -> RunInfo:

@@ -76,6 +76,17 @@ RECORDS = sa.Table(
     sa.UniqueConstraint("run_id", "seq", name="uq_evo_records_run_seq"),
 )
 
+EVENTS = sa.Table(
+    "evo_events", _metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("run_id", _Id, sa.ForeignKey("evo_runs.run_id"), nullable=False, index=True),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("idx", sa.Integer, nullable=False),                   # position among the run's events of its kind
+    sa.Column("payload", sa.Text, nullable=False),                  # JSON
+    sa.Column("recorded_at", _Float, nullable=False),
+    sa.UniqueConstraint("run_id", "kind", "idx", name="uq_evo_events_run_kind_idx"),
+)
+
 _RECORD_COLUMNS = (RECORDS.c.run_id, RECORDS.c.seq, RECORDS.c.generation, RECORDS.c.stage,
                    RECORDS.c.operator, RECORDS.c.parents, RECORDS.c.evaluation, RECORDS.c.recorded_at)
 
@@ -214,6 +225,26 @@ class SQLStore(Store):
         scored = [r for r in self._select(run_id, RECORDS.c.status == Status.OK.value)
                   if r.fitness(metric) is not None]
         return max(scored, key=lambda r: (r.fitness(metric), -r.seq)) if scored else None
+
+    # events ---------------------------------------------------------------------------------
+    def append_event(self, run_id: str, kind: str, payload: Mapping[str, Any]) -> int:
+        with self._tx(write=True) as conn:
+            if conn.execute(sa.select(RUNS.c.run_id).where(RUNS.c.run_id == run_id).with_for_update()).first() is None:
+                raise RunNotFound(run_id)
+            index = conn.execute(sa.select(sa.func.coalesce(sa.func.max(EVENTS.c.idx), -1) + 1)
+                                 .where(EVENTS.c.run_id == run_id, EVENTS.c.kind == kind)).scalar_one()
+            conn.execute(sa.insert(EVENTS).values(run_id=run_id, kind=kind, idx=int(index),
+                                                  payload=_dumps(dict(payload)), recorded_at=time.time()))
+        return int(index)
+
+    def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        where = [EVENTS.c.run_id == run_id] + ([EVENTS.c.kind == kind] if kind is not None else [])
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(EVENTS.c.kind, EVENTS.c.idx, EVENTS.c.payload).where(*where)
+                                .order_by(EVENTS.c.id)).all()
+            if not rows:
+                self._require_run(conn, run_id)
+        return [{**json.loads(r.payload), "kind": r.kind, "index": int(r.idx)} for r in rows]
 
     # helpers --------------------------------------------------------------------------------
     def _select(self, run_id: str, *where: Any) -> list[Record]:

@@ -2,6 +2,7 @@
 # A throwaway PostgreSQL for the store tests (tests/test_store_postgres.py).
 #
 #   eval "$(bash .ci/postgres.sh)"     # or: source .ci/postgres.sh
+#   bash .ci/postgres.sh stop          # stop the cluster in EVO_PG_DIR (.ci/run does, on exit)
 #
 # Prints one line on stdout, `export EVO_TEST_POSTGRES_URL=postgresql+psycopg2://postgres@127.0.0.1:PORT/evo_test`;
 # everything else goes to stderr. Idempotent: a cluster it started before that is still running is
@@ -90,10 +91,28 @@ _evo_postgres() (
     echo "export EVO_TEST_POSTGRES_URL=postgresql+psycopg2://postgres@127.0.0.1:$port/$db"
 )
 
+_evo_postgres_stop() (
+    set -euo pipefail
+    local dir="${EVO_PG_DIR:-/tmp/evo-ci-postgres}"
+    local bin
+    bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+    [[ -n "$bin" && -s "$dir/data/PG_VERSION" ]] || exit 0
+    if [[ $EUID -eq 0 ]]; then
+        runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1 || exit 0
+        runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >&2
+    else
+        "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1 || exit 0
+        "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >&2
+    fi
+    echo "postgres.sh: stopped the server of $dir" >&2
+)
+
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
     # Sourced: set the variable in the caller's shell, leave no functions or options behind.
     eval "$(_evo_postgres)"
-    unset -f _evo_postgres
+    unset -f _evo_postgres _evo_postgres_stop
+elif [[ "${1:-}" == stop ]]; then
+    _evo_postgres_stop
 else
     _evo_postgres
 fi

@@ -36,11 +36,16 @@ class Case:
 @dataclass(frozen=True)
 class Tolerance:
     """An output passes when |out - ref| <= atol + rtol*|ref| elementwise and the relative L2
-    error ||out - ref|| / ||ref|| <= rel_l2 (None skips the L2 test)."""
+    error ||out - ref|| / ||ref|| <= rel_l2 (None skips the L2 test), over the elements whose
+    float64 reference is finite. A non-finite reference is a broken input unless
+    `match_nonfinite`: then the output must be NaN where the reference is NaN (the poison
+    pattern never counts as one) and the same infinity where it is infinite, i.e. the float64
+    reference with IEEE semantics is the family's stated rule for non-finite inputs."""
 
     atol: float
     rtol: float
     rel_l2: float | None = None
+    match_nonfinite: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from fitness.records import CaseResult, Status
 
 CHECK = "check"   # cheap stage: verify on the family's small awkward check cases, no timing
 BENCH = "bench"   # full stage: verify and time every benchmark case beside the baselines
+VERIFY = "verify" # verify benchmark cases without timing them (cases a hopeless cut leaves untimed)
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,9 @@ class TimingConfig:
     rotate_inputs: bool = True      # several input sets when they fit in L2
     baselines: tuple[str, ...] = ("torch",)
     max_case_seconds: float = 10.0  # a case whose single launch exceeds this is abandoned
-    # Baselines do not change between candidates: once a worker holds `reps` samples of a baseline
-    # on a case, later jobs interleave only this many fresh samples (the pool guards against drift).
-    baseline_reps_after_first: int = 10
+    # timed launches of each baseline per case and job (None: reps), spread evenly over the
+    # candidate's rounds; baselines are always timed on the job's own inputs, never pooled
+    baseline_reps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class Job:
     cubin: bytes
     cases: tuple[Case, ...]
     launches: Mapping[str, Launch | None]   # case id -> launch (None: genome can't handle the case)
-    seed: int = 0                           # seeds fresh inputs for verification
+    seed: int = 0                           # seeds fresh inputs for verification (drawn at run time)
+    timing_seed: int = 0                    # seeds the timing inputs (drawn at run time, recorded)
     timing: TimingConfig = field(default_factory=TimingConfig)
 
 

@@ -22,6 +22,7 @@ says exactly what went wrong.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -104,6 +105,11 @@ _DECODE = {
 _WORDS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
 CUDA_COMMON = r"""
+__device__ __forceinline__ unsigned long long jf_fp_mix(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 __device__ __forceinline__ double jf_fp16_to_f64(unsigned short h) {
     unsigned int e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
     double v;
@@ -116,7 +122,8 @@ __device__ __forceinline__ double jf_fp16_to_f64(unsigned short h) {
 
 _STATS_SRC = r"""
 extern "C" __global__ void jf_stats_NAME(const BITS* __restrict__ out, const double* __restrict__ ref,
-                                         long long n, double atol, double rtol, double* partials) {
+                                         long long n, double atol, double rtol, int match_nonfinite,
+                                         double* partials) {
     __shared__ unsigned long long s_c[4][256];
     __shared__ double s_d[3][256];
     unsigned long long n_poison = 0, n_nonfinite = 0, n_ref_nonfinite = 0, n_bad = 0;
@@ -128,9 +135,12 @@ extern "C" __global__ void jf_stats_NAME(const BITS* __restrict__ out, const dou
         const bool poison = (b == (BITS)POISON);
         const double v = DECODE;
         const bool fin_out = isfinite(v), fin_ref = isfinite(r);
+        /* a non-finite reference is met only under match_nonfinite, by NaN for NaN (never the
+           poison) and by the same infinity for an infinity */
+        const bool met = match_nonfinite && !poison && ((isnan(r) && isnan(v)) || (isinf(r) && v == r));
         n_poison += poison ? 1ull : 0ull;
-        n_nonfinite += (!fin_out && !poison) ? 1ull : 0ull;
-        n_ref_nonfinite += fin_ref ? 0ull : 1ull;
+        n_nonfinite += (!fin_out && !poison && fin_ref) ? 1ull : 0ull;
+        n_ref_nonfinite += (fin_ref || met) ? 0ull : 1ull;
         const double err = (fin_out && fin_ref) ? fabs(__dsub_rn(v, r)) : 0.0;
         const double aref = fin_ref ? fabs(r) : 0.0;
         n_bad += (err > __dadd_rn(atol, __dmul_rn(rtol, aref))) ? 1ull : 0ull;   /* no FMA: as numpy */
@@ -178,6 +188,8 @@ extern "C" __global__ void jf_count_diff_NAME(const WORD* __restrict__ a, const 
 }
 """
 
+# Position i is mixed into each word by the splitmix64 finaliser (no period: a kernel cannot move
+# or swap words without changing the sum, wherever they are).
 _FINGERPRINT_SRC = r"""
 extern "C" __global__ void jf_fingerprint_NAME(const WORD* __restrict__ a, long long n, unsigned long long* partials) {
     __shared__ unsigned long long s_1[256], s_2[256];
@@ -186,7 +198,7 @@ extern "C" __global__ void jf_fingerprint_NAME(const WORD* __restrict__ a, long 
     for (long long i = (long long)blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step) {
         const unsigned long long v = (unsigned long long)a[i];
         s1 += v;
-        s2 += v * ((unsigned long long)(i % 65521ll) + 1ull);
+        s2 += jf_fp_mix(v + ((unsigned long long)i + 1ull) * 0x9E3779B97F4A7C15ull);
     }
     const unsigned int t = threadIdx.x;
     s_1[t] = s1; s_2[t] = s2;
@@ -199,6 +211,31 @@ extern "C" __global__ void jf_fingerprint_NAME(const WORD* __restrict__ a, long 
 }
 """
 
+# Every element written and finite, for outputs checked against a sampled reference: counts of
+# the poison pattern and of other NaN/inf, over the whole output.
+_WRITTEN_SRC = r"""
+extern "C" __global__ void jf_written_NAME(const BITS* __restrict__ out, long long n, unsigned long long* partials) {
+    __shared__ unsigned long long s_p[256], s_n[256];
+    unsigned long long np_ = 0, nn = 0;
+    const long long step = (long long)gridDim.x * (long long)blockDim.x;
+    for (long long i = (long long)blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step) {
+        const BITS b = out[i];
+        const bool poison = (b == (BITS)POISON);
+        const double v = DECODE;
+        np_ += poison ? 1ull : 0ull;
+        nn += (!poison && !isfinite(v)) ? 1ull : 0ull;
+    }
+    const unsigned int t = threadIdx.x;
+    s_p[t] = np_; s_n[t] = nn;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) { s_p[t] += s_p[t + s]; s_n[t] += s_n[t + s]; }
+        __syncthreads();
+    }
+    if (t == 0) { partials[2ll * blockIdx.x] = s_p[0]; partials[2ll * blockIdx.x + 1] = s_n[0]; }
+}
+"""
+
 
 def kernel_sources() -> dict[str, str]:
     """Every raw kernel of this module: name -> full CUDA source (what cupy.RawKernel compiles)."""
@@ -206,9 +243,11 @@ def kernel_sources() -> dict[str, str]:
     for dt, (bits, poison, decode) in _DECODE.items():
         body = _STATS_SRC.replace("NAME", dt).replace("BITS", bits).replace("POISON", poison).replace("DECODE", decode)
         out[f"jf_stats_{dt}"] = CUDA_COMMON + body
+        written = _WRITTEN_SRC.replace("NAME", dt).replace("BITS", bits).replace("POISON", poison).replace("DECODE", decode)
+        out[f"jf_written_{dt}"] = CUDA_COMMON + written
     for size, word in _WORDS.items():
         out[f"jf_count_diff_u{8 * size}"] = _COUNT_DIFF_SRC.replace("NAME", f"u{8 * size}").replace("WORD", word)
-        out[f"jf_fingerprint_u{8 * size}"] = _FINGERPRINT_SRC.replace("NAME", f"u{8 * size}").replace("WORD", word)
+        out[f"jf_fingerprint_u{8 * size}"] = CUDA_COMMON + _FINGERPRINT_SRC.replace("NAME", f"u{8 * size}").replace("WORD", word)
     return out
 
 
@@ -229,10 +268,20 @@ def _grid(n: int) -> int:
     return max(1, min(MAX_BLOCKS, -(-int(n) // THREADS)))
 
 
+def _met(xp: Any, vals: Any, ref: Any, poison: Any, tol: Tolerance) -> Any:
+    """Where a non-finite reference is met (tol.match_nonfinite: NaN by a NaN that is not the
+    poison, an infinity by the same infinity); all False otherwise."""
+    if not getattr(tol, "match_nonfinite", False):
+        return xp.zeros(vals.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return ~poison & ((xp.isnan(ref) & xp.isnan(vals)) | (xp.isinf(ref) & (vals == ref)))
+
+
 def _chunk_stats(out: Any, ref: Any, tol: Tolerance, dtype: str) -> np.ndarray:
     """The 7 statistics of one flat chunk with array code: the specification of jf_stats_*.
 
-    poison = still the poison pattern; nonfinite = NaN/inf that is not poison; err = |out - ref|
+    poison = still the poison pattern; nonfinite = NaN/inf that is not poison where the reference
+    is finite; ref_nonfinite = a non-finite reference not met (see `_met`); err = |out - ref|
     where both are finite (else 0); bad = err > atol + rtol*|ref| (|ref| taken as 0 where the
     reference is not finite)."""
     xp = array_module(out)
@@ -241,11 +290,13 @@ def _chunk_stats(out: Any, ref: Any, tol: Tolerance, dtype: str) -> np.ndarray:
     ref = ref.astype(xp.float64, copy=False)
     fin_out = xp.isfinite(vals)
     fin_ref = xp.isfinite(ref)
+    met = _met(xp, vals, ref, poison, tol)
     with np.errstate(invalid="ignore", over="ignore"):
         err = xp.where(fin_out & fin_ref, xp.abs(vals - ref), 0.0)
         aref = xp.where(fin_ref, xp.abs(ref), 0.0)
     bad = err > tol.atol + tol.rtol * aref
-    return np.array([int(poison.sum()), int((~fin_out & ~poison).sum()), int((~fin_ref).sum()), int(bad.sum()),
+    return np.array([int(poison.sum()), int((~fin_out & ~poison & fin_ref).sum()), int((~fin_ref & ~met).sum()),
+                     int(bad.sum()),
                      float(err.max()) if err.size else 0.0, float((err * err).sum()), float((aref * aref).sum())],
                     dtype=np.float64)
 
@@ -264,7 +315,9 @@ def _stats(out: Any, ref: Any, tol: Tolerance, dtype: str, chunk: int) -> np.nda
         bits = xp.ascontiguousarray(out).view(dtypes.bits_dtype(dtype))
         ref = xp.ascontiguousarray(ref, dtype=xp.float64)
         _raw_kernel(f"jf_stats_{dtype}")((grid,), (THREADS,), (bits, ref, np.int64(n), np.float64(tol.atol),
-                                                                 np.float64(tol.rtol), partials))
+                                                                 np.float64(tol.rtol),
+                                                                 np.int32(bool(getattr(tol, "match_nonfinite", False))),
+                                                                 partials))
         parts = partials.get()                           # the one host sync
         total[:4] = parts[:, :4].sum(axis=0)
         total[4] = parts[:, 4].max()
@@ -287,17 +340,17 @@ def _first_of(kind: str, out: Any, ref: Any, tol: Tolerance, dtype: str, chunk: 
     for start in range(0, n, max(1, int(chunk))):
         stop = min(n, start + int(chunk))
         o, r = out[start:stop], ref[start:stop].astype(xp.float64, copy=False)
-        if kind == "ref_nonfinite":
-            mask = ~xp.isfinite(r)
+        poison = dtypes.is_poison(o, dtype)
+        if kind == "poison":
+            mask = poison
         else:
-            poison = dtypes.is_poison(o, dtype)
-            if kind == "poison":
-                mask = poison
+            vals = dtypes.to_float64(o, dtype)
+            fin_out = xp.isfinite(vals)
+            if kind == "ref_nonfinite":
+                mask = ~xp.isfinite(r) & ~_met(xp, vals, r, poison, tol)
             else:
-                vals = dtypes.to_float64(o, dtype)
-                fin_out = xp.isfinite(vals)
                 if kind == "nonfinite":
-                    mask = ~fin_out & ~poison
+                    mask = ~fin_out & ~poison & xp.isfinite(r)
                 else:
                     fin_ref = xp.isfinite(r)
                     with np.errstate(invalid="ignore", over="ignore"):
@@ -355,8 +408,14 @@ def check_output(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, name: st
                            f"{name}{format_index(i, shape)} is {what} (reference {_num(r)}); "
                            f"{n_nonfinite} of {total} elements are NaN/inf")
     if n_ref_nonfinite:
+        i = first("ref_nonfinite")
+        if getattr(tol, "match_nonfinite", False):
+            v, r = _element(flat_out, flat_ref, i, dtype)
+            return CheckResult(False, None, None,
+                               f"{name}{format_index(i, shape)} = {_num(v)} but the family's rule for non-finite "
+                               f"inputs gives {_num(r)}; {n_ref_nonfinite} of {total} such elements differ")
         return CheckResult(False, None, None,
-                           f"the reference for {name}{format_index(first('ref_nonfinite'), shape)} is not "
+                           f"the reference for {name}{format_index(i, shape)} is not "
                            f"finite ({n_ref_nonfinite} elements): the inputs or the reference are broken")
     rel = math.sqrt(sum_sq_err) / math.sqrt(sum_sq_ref) if sum_sq_ref > 0 else math.sqrt(sum_sq_err)
     if n_bad:
@@ -373,6 +432,60 @@ def check_output(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, name: st
                            f"{name}: relative L2 error {_num(rel)} > {tol.rel_l2:g} "
                            f"(every element within atol/rtol, max |err| {_num(max_err)})")
     return CheckResult(True, max_err, rel, "")
+
+
+def written_counts(out: Any, dtype: str) -> Any:
+    """(elements still holding the poison pattern, other NaN/inf elements) over a whole output:
+    on cupy a (2,) device array (no sync), on numpy a tuple of ints."""
+    xp = array_module(out)
+    dtype = dtypes.canonical(dtype)
+    flat = xp.ascontiguousarray(out).reshape(-1)
+    n = int(flat.size)
+    if xp is np:
+        poison = dtypes.is_poison(flat, dtype)
+        with np.errstate(invalid="ignore"):
+            nonfinite = ~np.isfinite(dtypes.to_float64(flat, dtype)) & ~poison
+        return int(poison.sum()), int(nonfinite.sum())
+    partials = xp.zeros((_grid(n), 2), dtype=xp.uint64)
+    if n:
+        bits = flat.view(dtypes.bits_dtype(dtype))
+        _raw_kernel(f"jf_written_{dtype}")((int(partials.shape[0]),), (THREADS,), (bits, np.int64(n), partials))
+    return partials.sum(axis=0)
+
+
+def check_sampled_output(out: Any, index: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, name: str = "out",
+                         chunk: int = DEFAULT_CHUNK) -> CheckResult:
+    """Judge an output too large for a full float64 reference: every element written and finite
+    (one fused pass over the whole output), and the elements at flat `index` within tolerance of
+    `ref_f64` (their float64 reference, same length). The relative L2 error is the sample's."""
+    xp = array_module(out)
+    dtype = dtypes.canonical(dtype)
+    shape = tuple(out.shape)
+    counts = written_counts(out, dtype)
+    n_poison, n_nonfinite = (int(v) for v in (counts.get() if xp is not np else counts))
+    flat = xp.ascontiguousarray(out).reshape(-1)
+    total = int(flat.size)
+    if n_poison:
+        i = _first(xp, dtypes.is_poison(flat, dtype))
+        return CheckResult(False, None, None, f"element {name}{format_index(i, shape)} not written (poison NaN "
+                                              f"remains); {n_poison} of {total} elements not written")
+    if n_nonfinite:
+        with np.errstate(invalid="ignore"):
+            i = _first(xp, ~xp.isfinite(dtypes.to_float64(flat, dtype)))
+        return CheckResult(False, None, None, f"{name}{format_index(i, shape)} is NaN/inf; {n_nonfinite} of "
+                                              f"{total} elements are NaN/inf")
+    idx = xp.asarray(index).reshape(-1)
+    res = check_output(flat[idx], xp.asarray(ref_f64).reshape(-1), tol, dtype, name=name, chunk=chunk)
+    if res.ok:
+        return res
+    m = re.search(r"\[(\d+)\]", res.message)
+    msg = res.message
+    if m:
+        k = int(m.group(1))
+        host_idx = idx.get() if xp is not np else idx
+        msg = msg.replace(f"[{k}]", format_index(int(host_idx[k]), shape), 1)
+    return CheckResult(False, res.max_abs_err, res.rel_l2, f"{msg} (sampled: {int(idx.size)} of {total} elements "
+                                                          f"checked against float64)")
 
 
 def _unsigned(a: Any) -> Any:
@@ -491,13 +604,45 @@ def guard_intact(guard: Any, dtype: str, *, name: str = "out", where: str = "aft
                           f"(bits 0x{bits:x}); {n} guard elements {side} changed")
 
 
-def fingerprint(a: Any, chunk: int = 1 << 24) -> tuple[int, int]:
-    """(sum of words, position-weighted sum of words) mod 2**64 over the array's bits.
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser on uint64 arrays (wrap-around), as jf_fp_mix."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
-    Position-sensitive (swapping two elements changes it) and order-independent in its
-    arithmetic, so numpy and cupy give the same value for the same bits. The words are the
-    array's elements as unsigned integers; element i is weighted by (i mod 65521) + 1."""
+
+def fingerprint(a: Any, chunk: int = 1 << 24) -> tuple[int, int]:
+    """(sum of words, sum of mix64(word + (i + 1) * golden)) mod 2**64 over the array's bits.
+
+    Position-sensitive with no period (moving or swapping words changes it wherever they are)
+    and order-independent in its arithmetic, so numpy and cupy give the same value for the same
+    bits. The words are the array's elements as unsigned integers."""
     return fingerprints({"a": a}, chunk=chunk)["a"]
+
+
+def fingerprint_partials(a: Any) -> Any:
+    """The fingerprint of one array, not yet summed: a (blocks, 2) uint64 device array (queued,
+    no sync) on cupy, the (s1, s2) tuple on numpy. `fold` turns either into the tuple."""
+    xp = array_module(a)
+    if xp is np:
+        return fingerprint(a)
+    u = _unsigned(a)
+    total = int(u.size)
+    partials = xp.zeros((_grid(total), 2), dtype=xp.uint64)
+    if total:
+        _raw_kernel(f"jf_fingerprint_u{8 * u.dtype.itemsize}")((int(partials.shape[0]),), (THREADS,),
+                                                               (u, np.int64(total), partials))
+    return partials
+
+
+def fold(partials_host: Any) -> tuple[int, int]:
+    """(s1, s2) from fingerprint partials already on the host (or a tuple, returned as is)."""
+    if isinstance(partials_host, tuple):
+        return partials_host
+    mask = (1 << 64) - 1
+    p = np.asarray(partials_host).reshape(-1, 2)
+    return sum(int(v) for v in p[:, 0]) & mask, sum(int(v) for v in p[:, 1]) & mask
 
 
 def fingerprints(arrays: Mapping[str, Any], chunk: int = 1 << 24) -> dict[str, tuple[int, int]]:
@@ -520,9 +665,10 @@ def fingerprints(arrays: Mapping[str, Any], chunk: int = 1 << 24) -> dict[str, t
         for start in range(0, total, max(1, int(chunk))):
             stop = min(total, start + int(chunk))
             v = u[start:stop].astype(np.uint64)
-            w = np.arange(start, stop, dtype=np.uint64) % np.uint64(65521) + np.uint64(1)
+            with np.errstate(over="ignore"):
+                z = v + (np.arange(start, stop, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
             s1 = (s1 + int(v.sum(dtype=np.uint64))) & mask
-            s2 = (s2 + int((v * w).sum(dtype=np.uint64))) & mask
+            s2 = (s2 + int(_mix64(z).sum(dtype=np.uint64))) & mask
         out[key] = (s1, s2)
     if device:
         xp = array_module(device[0][1])

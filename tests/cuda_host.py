@@ -36,7 +36,7 @@ static inline double __longlong_as_double(long long u) { double d; std::memcpy(&
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
-using std::isnan; using std::isfinite; using std::fabs; using std::fmax; using std::ldexp;
+using std::isnan; using std::isinf; using std::isfinite; using std::fabs; using std::fmax; using std::ldexp;
 """
 
 

@@ -173,6 +173,11 @@ def test_fingerprint_is_position_sensitive_and_chunk_independent():
     c[999] ^= 1
     assert verify.fingerprint(c) != f
     assert verify.fingerprint(np.ones((3, 5), dtype=np.float32)) == verify.fingerprint(np.ones(15, dtype=np.float32))
+    # no period in the position weight: words 65521 apart swapped (the old weight repeated there)
+    d = np.arange(70000, dtype=np.uint32)
+    e = d.copy()
+    e[[1, 65522]] = e[[65522, 1]]
+    assert verify.fingerprint(e) != verify.fingerprint(d)
 
 
 # -- the fused device kernels (cupy.RawKernel sources), compiled for sm_90a and run on the host --------
@@ -196,8 +201,10 @@ def _host_lib():
     wrappers = []
     for dt, (bits, _, _) in verify._DECODE.items():
         wrappers.append(f'extern "C" void run_stats_{dt}(const {bits}* o, const double* r, long long n, double atol, '
-                        f'double rtol, double* p, int grid) {{\n'
-                        + cuda_host.grid_loop(f"jf_stats_{dt}(o, r, n, atol, rtol, p)") + "}\n")
+                        f'double rtol, int match, double* p, int grid) {{\n'
+                        + cuda_host.grid_loop(f"jf_stats_{dt}(o, r, n, atol, rtol, match, p)") + "}\n")
+        wrappers.append(f'extern "C" void run_written_{dt}(const {bits}* o, long long n, unsigned long long* p, '
+                        f'int grid) {{\n' + cuda_host.grid_loop(f"jf_written_{dt}(o, n, p)") + "}\n")
     for size, word in verify._WORDS.items():
         u = f"u{8 * size}"
         wrappers.append(f'extern "C" void run_count_diff_{u}(const {word}* a, const {word}* b, long long n, '
@@ -220,7 +227,8 @@ def _host_stats(out, ref, tol, dt, grid=5):
     ref = np.ascontiguousarray(ref, dtype=np.float64).reshape(-1)
     parts = np.zeros((grid, verify.N_STATS))
     getattr(lib, f"run_stats_{dt}")(_p(bits), _p(ref), ctypes.c_longlong(bits.size), ctypes.c_double(tol.atol),
-                                     ctypes.c_double(tol.rtol), _p(parts), ctypes.c_int(grid))
+                                     ctypes.c_double(tol.rtol), ctypes.c_int(int(tol.match_nonfinite)), _p(parts),
+                                     ctypes.c_int(grid))
     return np.concatenate([parts[:, :4].sum(axis=0), [parts[:, 4].max()], parts[:, 5:].sum(axis=0)])
 
 
@@ -246,6 +254,49 @@ def test_stats_kernel_equals_the_array_spec(dt):
     np.testing.assert_allclose(got[5:], want[5:], rtol=1e-12)
     assert want[0] == 2 and want[1] == 3 and want[2] == 2 and want[3] >= 15
     np.testing.assert_array_equal(_host_stats(out[:0], ref[:0], tol, dt, grid=1), np.zeros(7))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+def test_nonfinite_rule_is_matched_by_the_kernel_and_the_spec(dt):
+    """match_nonfinite: NaN meets NaN (never the poison), inf the same inf; everything else fails."""
+    tol = Tolerance(atol=1e-2, rtol=1.6e-2, rel_l2=1e-2, match_nonfinite=True)
+    ref = np.array([1.0, np.nan, np.inf, -np.inf, np.nan, np.inf, np.nan, 2.0, 0.0])
+    out = dtypes.quantize(np.array([1.0, np.nan, np.inf, -np.inf, 0.0, -np.inf, 0.0, 2.0, 0.0]), dt)
+    bits = out.view(dtypes.bits_dtype(dt))
+    bits[6] = dtypes.poison_bits(dt)                 # the poison is no NaN for the rule: not written
+    want = verify._chunk_stats(out, ref, tol, dt)
+    np.testing.assert_array_equal(_host_stats(out, ref, tol, dt)[:5], want[:5])
+    assert want[0] == 1 and want[1] == 0 and want[2] == 3      # 4 and 5 differ from the rule, 6 unwritten
+    res = verify.check_output(out[:6], ref[:6], tol, dt, name="y")
+    assert not res.ok and "rule for non-finite inputs" in res.message and "y[4]" in res.message
+    good = out[:4]
+    assert verify.check_output(good, ref[:4], tol, dt, name="y").ok
+    assert not verify.check_output(good, ref[:4], Tolerance(1e-2, 1.6e-2), dt, name="y").ok   # rule not stated
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_written_kernel_and_sampled_check(dt):
+    rng = np.random.default_rng(4)
+    ref = rng.standard_normal((40, 50))
+    out = dtypes.quantize(ref, dt)
+    lib = _host_lib()
+    bits = out.reshape(-1).view(dtypes.bits_dtype(dt))
+    bits[77] = dtypes.poison_bits(dt)
+    out.reshape(-1)[5] = dtypes.quantize(np.array([np.inf]), dt)[0]
+    parts = np.zeros((3, 2), dtype=np.uint64)
+    getattr(lib, f"run_written_{dt}")(_p(bits), ctypes.c_longlong(bits.size), _p(parts), ctypes.c_int(3))
+    assert tuple(int(v) for v in parts.sum(axis=0)) == verify.written_counts(out, dt) == (1, 1)
+    idx = np.array([0, 49, 1999, 1000])
+    res = verify.check_sampled_output(out, idx, ref.reshape(-1)[idx], Tolerance(1e-2, 1.6e-2, 1e-2), dt, name="y")
+    assert not res.ok and "y[1, 27] not written" in res.message
+    out = dtypes.quantize(ref, dt)
+    out[20, 0] = dtypes.quantize(np.array([7.0]), dt)[0]
+    res = verify.check_sampled_output(out, idx, ref.reshape(-1)[idx], Tolerance(1e-2, 1.6e-2, 1e-2), dt, name="y")
+    assert not res.ok and "y[20, 0]" in res.message and "sampled: 4 of 2000" in res.message
+    assert verify.check_sampled_output(dtypes.quantize(ref, dt), idx, ref.reshape(-1)[idx],
+                                       Tolerance(1e-2, 1.6e-2, 1e-2), dt, name="y").ok
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")

@@ -1,0 +1,104 @@
+"""The baselines of one case, for one BENCH job: prepared on each input set, trial-run, checked.
+
+Baselines are timed on the job's own fresh inputs, so their outputs are checked against the
+float64 reference in every job (the first, untimed call on each input set), not once per case
+for the life of a worker. A prepared callable is bound to the input buffers of its set and kept
+while those buffers are; what cannot change between jobs (not importable, does not support the
+case) is remembered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from fitness import dtypes, verify
+from fitness.cuda_backend import STICKY_CUDA_ERRORS
+from fitness.family import BufferSpec, Case, KernelFamily
+from fitness.guarded import spec_dtype
+
+
+@dataclass
+class BaselineCache:
+    """Per cached input buffers of a case: prepared callables and lasting notes."""
+
+    runs: dict[tuple[str, int], Any] = field(default_factory=dict)     # (name, set) -> callable
+    lasting: dict[str, str] = field(default_factory=dict)              # name -> why it is never usable
+
+
+def check_result(xp: Any, fn: Any, result: Any, refs: Mapping[str, Any] | None, tols: Mapping[str, Any],
+                 outs: Mapping[str, BufferSpec], name: str) -> str:
+    """'' or why a baseline's result disagrees with the reference (a note, never a failure of
+    the candidate). Baselines without `as_outputs` (a roofline copy) are not checked."""
+    as_outputs = getattr(fn, "as_outputs", None)
+    if not callable(as_outputs) or refs is None:
+        return ""
+    notes = []
+    for out_name, value in as_outputs(result).items():
+        if out_name not in outs or out_name not in refs:
+            continue
+        dt = spec_dtype(outs[out_name])
+        arr = xp.asarray(value)
+        want = dtypes.storage_dtype(dt)
+        if arr.dtype != want:
+            if arr.dtype.itemsize != want.itemsize:
+                notes.append(f"{out_name} comes back as {arr.dtype}, not {dtypes.numpy_name(dt)}")
+                continue
+            arr = arr.view(want)
+        res = verify.check_output(arr.reshape(tuple(outs[out_name].shape)), refs[out_name], tols[out_name], dt,
+                                  name=out_name)
+        if not res.ok:
+            notes.append(f"disagrees with the reference: {res.message}")
+    return f"baseline {name}: " + "; ".join(notes) if notes else ""
+
+
+def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mapping[str, Any]],
+            names: Sequence[str], cache: BaselineCache, refs_of: Callable[[int], Mapping[str, Any] | None],
+            tols: Mapping[str, Any], outs: Mapping[str, BufferSpec]) -> tuple[list[str], dict[str, str]]:
+    """(the names that can be timed, notes per name). Each usable baseline has run once on every
+    input set of this job (compiles, warms up) and its result was checked against that set's
+    reference. A CUDA error that spoils the context is raised (the worker must go)."""
+    offered = {b.name: b for b in family.baselines()}
+    usable: list[str] = []
+    notes: dict[str, str] = {}
+    for name in names:
+        if name in cache.lasting:
+            notes[name] = cache.lasting[name]
+            continue
+        b = offered.get(name)
+        if b is None:
+            cache.lasting[name] = notes[name] = "not offered by the family"
+            continue
+        try:
+            if not b.available():
+                cache.lasting[name] = notes[name] = "not importable here"
+                continue
+            found = ""
+            for s, dev in enumerate(sets):
+                fn = cache.runs.get((name, s))
+                if fn is None:
+                    fn = b.prepare(case, dev)
+                    if fn is None:
+                        cache.lasting[name] = notes[name] = "does not support this case"
+                        raise LookupError
+                    cache.runs[(name, s)] = fn
+                result = fn()                               # trial run: compiles, warms up, may raise
+                backend.synchronize(600.0)
+                found = check_result(backend.xp, fn, result, refs_of(s), tols, outs, name) or found
+                del result
+            if found:
+                notes[name] = found
+            usable.append(name)
+        except LookupError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
+            for s in range(len(sets)):
+                cache.runs.pop((name, s), None)
+            status = backend.cuda_status(exc)
+            if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
+                raise
+            notes[name] = f"unusable: {type(exc).__name__}: {str(exc).strip()[:300]}"
+    return usable, notes
+
+
+__all__ = ["BaselineCache", "check_result", "prepare"]

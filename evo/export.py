@@ -241,7 +241,7 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
                                   f"(compile key {judged[:12]} with {ev.toolkit or 'its toolkit'}): the kernel "
                                   f"template or its flags changed since the run; export it from the commit it "
                                   f"was made with")
-    results = dict(zip(keys, compiler.compile_many([(sources[k], flags[k]) for k in keys])))
+    results = dict(zip(keys, _compile_with_progress(compiler, [(sources[k], flags[k]) for k in keys], arch)))
     for k, res in results.items():
         if not res.ok:
             raise ExportError(f"genome {k} does not compile here: {res.log.strip().splitlines()[-1:]}")
@@ -300,15 +300,17 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
         provenance["playoff"] = {"file": str(playoff), "winners": {f"{d}/{n}": k for (d, n), k in sorted(winners.items())}}
     (pdir / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
 
+    cupy_wheel = cupy_for_toolkit(str(getattr(compiler, "toolkit", "") or ""))
     subs = {"__PKG__": pkg, "__RUN_ID__": frames.run["run_id"], "__VERSION__": PACKAGE_VERSION,
-            "__WEIGHT_DTYPE__": weight_dtype}
+            "__WEIGHT_DTYPE__": weight_dtype, "__CUPY__": cupy_wheel}
     (pdir / "__init__.py").write_text(_fill((templates / "__init__.py.tmpl").read_text(), subs))
     bench_src = _fill((templates / "bench.py.tmpl").read_text(), subs)
     (pdir / "bench.py").write_text(bench_src)
     (out / "bench.py").write_text(f'"""Run {pkg}.bench (see its docstring)."""\nfrom {pkg}.bench import main\n\n'
                                   'if __name__ == "__main__":\n    raise SystemExit(main())\n')
     (out / "tests" / f"test_{pkg}.py").write_text(_fill((templates / "test_pkg.py.tmpl").read_text(), subs))
-    (out / "pyproject.toml").write_text(_pyproject(pkg, frames.run["run_id"]))
+    (out / "pyproject.toml").write_text(_pyproject(pkg, frames.run["run_id"], cupy_wheel))
+    (out / f"{BUILD_BACKEND}.py").write_text(_build_backend())
     if bench_data:
         table = _table_from_bench(bench_data, bench_path)
         measured_note = (f"Measured by the factory's benchmark (`{bench_data.get('command', '')}`) on "
@@ -317,7 +319,8 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
         table = _table_from_records(entries, baseline)
         measured_note = (f"Per-case figures recorded by the search (run {frames.run['run_id']}) on "
                          f"{', '.join(devices) or '?'}: median of the judge's samples, L2 flushed.")
-    (out / "README.md").write_text(_readme(pkg, family_name, frames, dispatch, table, measured_note, provenance))
+    (out / "README.md").write_text(_readme(pkg, family_name, frames, dispatch, table, measured_note, provenance,
+                                           cupy_wheel))
     return ExportResult(out, pkg, tuple(entries), kernels)
 
 
@@ -336,10 +339,95 @@ def _base_flags() -> list[str]:
     return list(BASE_FLAGS)
 
 
-def _pyproject(pkg: str, run_id: str) -> str:
+def _compile_with_progress(compiler: Any, items: list[tuple[str, list[str]]], arch: str) -> list[Any]:
+    """compiler.compile_many, one kernel at a time in a thread pool so that progress can be shown
+    (a cold cache takes half a minute: a bar on a terminal, periodic lines otherwise)."""
+    import concurrent.futures as cf
+
+    from evo.progress import Progress
+
+    jobs = max(1, int(getattr(compiler, "jobs", 1) or 1))
+    with Progress(len(items), "evo export", f"kernels compiled for {arch}") as bar, \
+            cf.ThreadPoolExecutor(max_workers=min(jobs, max(1, len(items)))) as pool:
+        futures = [pool.submit(compiler.compile_many, [item]) for item in items]
+        for _ in cf.as_completed(futures):
+            bar.advance()
+        return [f.result()[0] for f in futures]
+
+
+def cupy_for_toolkit(toolkit: str) -> str:
+    """The cupy wheel built for the CUDA major version the cubins were compiled with ("13.0.88" ->
+    cupy-cuda13x); plain `cupy` (built from source) when the version is unknown."""
+    m = re.search(r"(\d+)\.\d+", toolkit)
+    return f"cupy-cuda{m.group(1)}x" if m and int(m.group(1)) >= 11 else "cupy"
+
+
+#: the export's own PEP 517 backend (in-tree, backend-path): setuptools run on a temporary copy, so
+#: that `pip install DIR` leaves no build/ or *.egg-info in DIR
+BUILD_BACKEND = "_build_in_temp"
+
+
+def _build_backend() -> str:
+    return '''"""PEP 517 backend of this package: setuptools.build_meta, run on a temporary copy of this folder,
+so that building or installing (`pip install .`) writes no build/ or *.egg-info here."""
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+
+from setuptools import build_meta as _setuptools
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@contextmanager
+def _in_copy():
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="build-") as tmp:
+        src = os.path.join(tmp, "src")
+        shutil.copytree(_HERE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "dist"))
+        os.chdir(src)
+        try:
+            yield
+        finally:
+            os.chdir(cwd)
+
+
+def _wrap(name):
+    hook = getattr(_setuptools, name)
+
+    def run(directory, *args, **kwargs):
+        directory = os.path.abspath(directory)
+        with _in_copy():
+            return hook(directory, *args, **kwargs)
+    run.__name__ = name
+    return run
+
+
+def _wrap_requires(name):
+    hook = getattr(_setuptools, name)
+
+    def run(config_settings=None):
+        with _in_copy():
+            return hook(config_settings)
+    run.__name__ = name
+    return run
+
+
+build_wheel = _wrap("build_wheel")
+build_sdist = _wrap("build_sdist")
+prepare_metadata_for_build_wheel = _wrap("prepare_metadata_for_build_wheel")
+get_requires_for_build_wheel = _wrap_requires("get_requires_for_build_wheel")
+get_requires_for_build_sdist = _wrap_requires("get_requires_for_build_sdist")
+'''
+
+
+def _pyproject(pkg: str, run_id: str, cupy_wheel: str) -> str:
     return f"""[build-system]
 requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
+build-backend = "{BUILD_BACKEND}"
+backend-path = ["."]
 
 [project]
 name = "{pkg.replace('_', '-')}"
@@ -351,7 +439,7 @@ dependencies = ["numpy"]
 
 [project.optional-dependencies]
 torch = ["torch>=2.4"]
-cupy = ["cupy-cuda12x"]
+cupy = ["{cupy_wheel}"]
 test = ["pytest"]
 
 [tool.setuptools]
@@ -363,7 +451,7 @@ packages = ["{pkg}"]
 
 
 def _readme(pkg: str, family: str, frames: RunFrames, dispatch: Mapping[str, Any], table: str, note: str,
-            prov: Mapping[str, Any]) -> str:
+            prov: Mapping[str, Any], cupy_wheel: str) -> str:
     rows = ["| dtype | N range | genome | measured |", "|---|---|---|---|"]
     for e in dispatch["entries"]:
         hi = e["n_max"] if e["n_max"] is not None else "inf"
@@ -386,7 +474,7 @@ y = {pkg}.rmsnorm_cupy(x, w, eps=1e-6)   # cupy arrays (bf16 as uint16 bits with
 
 x: bf16, fp16 or fp32, any leading shape, normalised over the last dimension N (N % 8 == 0 for
 16-bit x, N % 4 == 0 for fp32); weight: N elements, used as {dispatch['weight_dtype']}; y has x's dtype.
-Kernels are loaded with cupy (`pip install cupy-cuda12x` or `cupy-cuda13x`) and launched on
+Kernels are loaded with cupy (`pip install {cupy_wheel}`: the cubins come from CUDA {prov['toolkit_export']}) and launched on
 torch's current stream. Without an sm_90 device every call raises `{pkg}.UnsupportedDevice`
 (a RuntimeError saying what was found); `import {pkg}` works anywhere.
 

@@ -46,12 +46,16 @@ needs_nvcc = pytest.mark.skipif(not _have_nvcc(), reason="needs nvcc")
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory):
+def compile_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("compile-cache")
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory, compile_cache):
     if not _have_nvcc():
         pytest.skip("needs nvcc")
     out = tmp_path_factory.mktemp("export") / "pkg"
-    cache = tmp_path_factory.mktemp("compile-cache")
-    result = export_run(RUN, out, cache_dir=cache, playoff=PLAYOFF)
+    result = export_run(RUN, out, cache_dir=compile_cache, playoff=PLAYOFF)
     return result
 
 
@@ -161,6 +165,9 @@ def test_pip_install_and_import_without_the_factory(exported, tmp_path):
                                  or "connection" in proc.stderr.lower()):
         pytest.skip(f"cannot build a wheel here: {proc.stderr.strip().splitlines()[-1:]}")
     assert proc.returncode == 0, proc.stderr
+    # built in a temporary copy (the export's own backend): nothing left in the export folder
+    assert not (exported.path / "build").exists() and not list(exported.path.glob("*.egg-info")), \
+        sorted(p.name for p in exported.path.iterdir())
     installed = target / PKG
     assert (installed / "dispatch.json").is_file() and (installed / "provenance.json").is_file()
     assert len(list((installed / "kernels").glob("*.cubin"))) == len(exported.kernels)
@@ -198,6 +205,29 @@ for call in (lambda: p.rmsnorm(None, None), lambda: p.rmsnorm_cupy(None, None)):
                          cwd=tmp_path, env=env, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "--shapes {all,models,quack}" in run.stdout and "kernel_us" in run.stdout
+
+
+def test_public_namespace_is_the_api_and_the_cupy_extra_matches_the_toolkit(exported, pkg_module):
+    public = {name for name in vars(pkg_module) if not name.startswith("_")}
+    assert public == set(pkg_module.__all__), public ^ set(pkg_module.__all__)
+    toolkit = json.loads((exported.path / PKG / "provenance.json").read_text())["toolkit_export"]
+    wheel = f"cupy-cuda{toolkit.split('.')[0]}x"
+    assert f'cupy = ["{wheel}"]' in (exported.path / "pyproject.toml").read_text()
+    assert f"pip install {wheel}" in (exported.path / "README.md").read_text()
+    assert "cupy-cuda12x" not in (exported.path / PKG / "__init__.py").read_text() or wheel == "cupy-cuda12x"
+
+
+def test_cupy_for_toolkit():
+    from evo.export import cupy_for_toolkit
+
+    assert cupy_for_toolkit("13.0.88") == "cupy-cuda13x" and cupy_for_toolkit("nvcc 12.8") == "cupy-cuda12x"
+    assert cupy_for_toolkit("") == "cupy"
+
+
+def test_export_shows_progress(exported, compile_cache, tmp_path, capsys):
+    export_run(RUN, tmp_path / "pkg", cache_dir=compile_cache, playoff=PLAYOFF)
+    err = capsys.readouterr().err
+    assert "evo export: 19/19 kernels compiled for sm_90a (100%" in err
 
 
 # -- the packaged geometry -------------------------------------------------------------------------

@@ -7,6 +7,8 @@
     evo dispatch RUN [--out FILE.json] [--playoff FILE]   # per dtype and N range, the fastest verified genome
     evo report RUN --out DIR [--playoff FILE]   # report.md + figures
     evo export RUN --out DIR [--name PKG]     # the dispatch table as a standalone pip package
+    evo playoff RUN --out PREFIX [--margin F]  # GPU: near-tied genomes of each width judged again side by side
+    evo ab RUN --out PREFIX --cases IDS --pairs A:B,...   # GPU: same-process A/B of genome pairs
 
 Bad input ends with one line per problem and exit code 2, never a traceback; a machine that cannot
 judge (no GPU, no nvcc) exits 3. Ctrl-C (or SIGTERM) stops cleanly after recording everything
@@ -101,7 +103,31 @@ def parser() -> argparse.ArgumentParser:
                     "dispatch table, for the package README")
     ex.add_argument("--force", action="store_true", help="replace a non-empty --out")
     ex.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with")
+    po = sub.add_parser("playoff", help="GPU: judge again, side by side in one process, the genomes within a margin "
+                        "of each dispatch width's recorded fastest (winners for dispatch/export --playoff)")
+    _add_run_source(po)
+    po.add_argument("--out", required=True, help="output prefix: writes PREFIX.json (evidence and winners) and PREFIX.md")
+    po.add_argument("--margin", type=float, default=0.02, help="contenders: within this fraction of the fastest")
+    po.add_argument("--limit", type=int, default=3, help="at most this many contenders per width")
+    po.add_argument("--repeats", type=int, default=3, help="rounds per width, the order rotated each round")
+    _add_device_args(po, "width")
+    ab = sub.add_parser("ab", help="GPU: same-process A/B of genome pairs on chosen cases (ratios B/A of adjacent "
+                        "evaluations)")
+    _add_run_source(ab)
+    ab.add_argument("--out", required=True, help="output prefix: writes PREFIX.json and PREFIX.md")
+    ab.add_argument("--cases", required=True, help="comma list of case ids of the matrix")
+    ab.add_argument("--pairs", default="", help="A:B[,A:B...], each side a genome key (or unique prefix) of the run "
+                    "with optional +gene=value changes")
+    ab.add_argument("--neighbours", default="", help="SPEC[,SPEC...]: pair each with its every valid one-step neighbour")
+    ab.add_argument("--repeats", type=int, default=3, help="adjacent evaluations of each pair, order alternating")
+    _add_device_args(ab, "pair")
     return ap
+
+
+def _add_device_args(p: argparse.ArgumentParser, unit: str) -> None:
+    p.add_argument("--matrix", default=None, help="benchmark matrix (default: the run's benchmark.matrix)")
+    p.add_argument("--max-s", type=float, default=0.0, help=f"start no new {unit} after this many seconds (0: no "
+                   "limit); the files are written after every one, so a time limit keeps what is done")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,6 +173,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
             return export_run(args.run, args.out, run_id=args.run_id, name=args.name, cache_dir=args.cache_dir,
                               bench=args.bench, force=args.force, playoff=args.playoff)
+        if args.command in ("playoff", "ab"):
+            return _cmd_device_step(args, argv)
     except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -160,6 +188,30 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     return 2
+
+
+def _cmd_device_step(args, argv: Sequence[str] | None) -> int:
+    """`evo playoff` / `evo ab`: a product step judged on the GPU; its files are rewritten after every
+    width or pair. Bad input (a source that is not a run, a pair that is no genome) is one line."""
+    from evo.ab import ABError, run_ab
+    from evo.playoff import play
+
+    command = " ".join(["evo", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        if args.command == "playoff":
+            text = play(args.run, args.out, margin=args.margin, limit=args.limit, repeats=args.repeats,
+                        matrix=args.matrix, max_s=args.max_s, run_id=args.run_id, command=command)
+        else:
+            text = run_ab(args.run, args.out, cases=args.cases.split(","), pairs=args.pairs,
+                          neighbours=args.neighbours, repeats=args.repeats, matrix=args.matrix, max_s=args.max_s,
+                          run_id=args.run_id, command=command)
+    except (ABError, ValueError) as exc:
+        if isinstance(exc, (ConfigError, StoreError)):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
 
 
 def _cmd_run(args) -> int:

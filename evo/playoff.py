@@ -16,7 +16,9 @@ evidence (every time, every failure) and `evo dispatch/export --playoff FILE` us
 
 from __future__ import annotations
 
+import json
 import statistics
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +104,7 @@ def winners_from_dict(data: Mapping[str, Any]) -> dict[Width, str]:
     """The winners a playoff file names (ValueError for a file that is not one)."""
     if not isinstance(data, Mapping) or data.get("kind") != "dispatch-playoff":
         raise ValueError("not a dispatch playoff file (expected \"kind\": \"dispatch-playoff\"; "
-                         "write one with experiments/scripts/playoff.py)")
+                         "write one with `evo playoff`)")
     return {(w["dtype"], int(w["N"])): w["winner"] for w in data.get("widths", ()) if w.get("winner")}
 
 
@@ -167,3 +169,55 @@ def markdown(playoff: Playoff) -> str:
     lines += ["", f"{len(playoff.results)} contested widths; the playoff changed the winner on {len(changed)}"
               + (": " + ", ".join(f"{r.contest.dtype} {r.contest.n}" for r in changed) if changed else "") + "."]
     return "\n".join(lines) + "\n"
+
+
+def play(source: str, out: str, *, margin: float = 0.02, limit: int = 3, repeats: int = 3,
+         matrix: str | None = None, max_s: float = 0.0, run_id: str | None = None, command: str = "",
+         timeout_s: float = 300.0) -> str:
+    """`evo playoff`: the contested widths of `source` (a run directory, dump or store URL) judged
+    again through the GPU judge; writes OUT.json (the evidence and the winners: `evo dispatch/export
+    --playoff` read it) and OUT.md after every width, so a call killed by its time limit keeps the
+    widths done; --max-s starts no new width after that many seconds (the rest keep the run's
+    winner). Returns the markdown."""
+    from evo.analysis import load_run
+    from evo.progress import Progress
+    from genomes import load_space
+
+    frames = load_run(source, run_id=run_id)
+    family, config = frames.run["family"], frames.run["config"]
+    space = load_space(family, (config.get("experiment") or {}).get("space_version") or "")
+    matrix = matrix or (config.get("benchmark") or {}).get("matrix")
+    if not matrix:
+        raise ValueError("the run names no benchmark matrix: pass --matrix")
+    evaluations = [r.evaluation for r in frames.records]
+    contests = contenders(evaluations, margin=margin, limit=limit)
+    genomes = {e.key: space.make(e.genome) for e in evaluations}
+    print(f"{len(contests)} contested widths, {sum(len(c.contenders) for c in contests)} contenders", flush=True)
+    from fitness import gpu_evaluator     # the GPU stack only when asked (and a test double can stand in)
+
+    t0 = time.time()
+    results: list[ContestResult] = []
+
+    def write(device: str) -> str:
+        playoff = Playoff(results, margin, repeats,
+                          meta={"run_id": frames.run["run_id"], "device": device, "command": command,
+                                "seconds": round(time.time() - t0, 1), "contested": len(contests)})
+        Path(out + ".json").write_text(json.dumps(playoff.to_dict(), indent=1))
+        text = markdown(playoff)
+        Path(out + ".md").write_text(text)
+        return text
+
+    baseline = frames.run["baseline"]
+    with gpu_evaluator.GPUEvaluator(family, space, matrix=matrix, baseline=baseline, baselines=[baseline],
+                                    timeout_s=timeout_s) as judge, \
+            Progress(len(contests), "evo playoff", "widths") as bar:
+        # every contender compiled up front, in parallel (carried seeds were never compiled on this machine)
+        judge.prefetch(list({k: genomes[k] for c in contests for k in c.contenders}.values()))
+        for contest in contests:
+            if max_s and time.time() - t0 > max_s:
+                print(f"--max-s {max_s:.0f} reached: {len(contests) - len(results)} widths keep the run's winner")
+                break
+            results += run_playoff(judge.evaluate_cases, genomes, [contest], repeats=repeats, progress=print)
+            write(judge.describe().get("device") or "?")   # the judge learns its device from its first evaluation
+            bar.advance()
+        return write(judge.describe().get("device") or "?")

@@ -1,4 +1,4 @@
-"""experiments/scripts/ab_pairs.py: same-process A/B of genome pairs. The judge itself runs only on
+"""evo ab (evo/ab.py; experiments/scripts/ab_pairs.py is its lab wrapper): same-process A/B of genome pairs. The judge itself runs only on
 the device; here its evaluate_cases is replaced by a test double that returns scripted times, to
 check the pairing, the alternating order, the ratios and the errors for bad specs."""
 
@@ -12,9 +12,13 @@ import pytest
 from fitness.records import CaseResult, Evaluation, Status
 from tests.conftest import REPO
 
-spec = importlib.util.spec_from_file_location("ab_pairs", REPO / "experiments" / "scripts" / "ab_pairs.py")
-ab_pairs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ab_pairs)
+import evo.ab as ab_pairs
+from evo.ab import ABError
+from evo.cli import main as evo
+
+spec = importlib.util.spec_from_file_location("ab_pairs_script", REPO / "experiments" / "scripts" / "ab_pairs.py")
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
 RUN = REPO / "results" / "rmsnorm_fwd_h200_run.json"
 
 
@@ -32,13 +36,13 @@ def test_a_side_is_a_recorded_genome_with_optional_gene_changes(space_and_genome
     assert {k for k in g if g[k] != space.make(genomes["ed8f41a1daee0c283048"])[k]} == {"lean_groups"}
     _, g32 = ab_pairs.parse_genome("ed8f41a1+cta_threads=32+chunks=4", genomes, space)
     assert (g32["cta_threads"], g32["chunks"]) == (32, 4)
-    with pytest.raises(SystemExit, match="matches no genome"):
+    with pytest.raises(ABError, match="matches no genome"):
         ab_pairs.parse_genome("zzzz", genomes, space)
-    with pytest.raises(SystemExit, match="GENE=VALUE"):
+    with pytest.raises(ABError, match="GENE=VALUE"):
         ab_pairs.parse_genome("ed8f41a1+lean=true", genomes, space)
-    with pytest.raises(SystemExit, match="not a valid genome"):
+    with pytest.raises(ABError, match="not a valid genome"):
         ab_pairs.parse_genome("ed8f41a1+cluster=8", genomes, space)     # clusters need 128 threads
-    with pytest.raises(SystemExit, match="is not A:B"):
+    with pytest.raises(ABError, match="is not A:B"):
         ab_pairs.parse_pairs("ed8f41a1")
 
 
@@ -93,7 +97,7 @@ def test_neighbours_pair_a_genome_with_every_valid_one_step_variant(space_and_ge
         changed = [k for k in space.names if g[k] != base[k]]
         assert len(changed) == 1 and f"+{changed[0]}=" in b
     assert "ed8f41a1+chunks=8" in {b for _, b in pairs} and "ed8f41a1+chunks=4" not in {b for _, b in pairs}
-    with pytest.raises(SystemExit, match="matches no genome"):
+    with pytest.raises(ABError, match="matches no genome"):
         ab_pairs.neighbour_pairs("zzzz", genomes, space)
 
 
@@ -113,9 +117,9 @@ def test_pairs_are_ranked_by_their_cases_ratios_against_their_own_spread():
     assert "| A | B1 | 0.9849 | 1 | 0 |" in text and "| A | B2 | 1.0100 | 0 | 1 |" in text
 
 
-def test_main_needs_pairs_or_neighbours():
-    with pytest.raises(SystemExit, match="--pairs A:B"):
-        ab_pairs.main(["--run", str(RUN), "--cases", "bf16/32768x256", "--out", "/tmp/x"])
+def test_main_needs_pairs_or_neighbours(capsys):
+    assert evo(["ab", str(RUN), "--cases", "bf16/32768x256", "--out", "/tmp/x"]) == 2
+    assert "error: give --pairs A:B" in capsys.readouterr().err
 
 
 def test_main_writes_after_every_pair_and_max_s_keeps_what_is_done(monkeypatch, tmp_path):
@@ -131,15 +135,15 @@ def test_main_writes_after_every_pair_and_max_s_keeps_what_is_done(monkeypatch, 
     monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", JudgeDouble)
     out = tmp_path / "ab"
     pairs = "ed8f41a1:ed8f41a1+lean_groups=true,ed8f41a1:ed8f41a1+chunks=4+lean_groups=true,ed8f41a1:ed8f41a1+unroll=1"
-    assert ab_pairs.main(["--run", str(RUN), "--pairs", pairs, "--cases", "bf16/32768x256", "--repeats", "2",
-                          "--out", str(out)]) == 0
+    assert script.main(["--run", str(RUN), "--pairs", pairs, "--cases", "bf16/32768x256", "--repeats", "2",
+                        "--out", str(out)]) == 0          # the lab wrapper is `evo ab`
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["device"] == "test double" and data["pairs_asked"] == 3 and len(data["rows"]) == 3
     assert [r["median_ratio"] for r in data["rows"]] == pytest.approx([0.98, 0.98, 1.0])
     assert "Pairs timed" not in out.with_suffix(".md").read_text()
     monkeypatch.setattr(ab_pairs.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call
-    assert ab_pairs.main(["--run", str(RUN), "--pairs", pairs, "--cases", "bf16/32768x256", "--max-s", "150",
-                          "--out", str(out)]) == 0
+    assert evo(["ab", str(RUN), "--pairs", pairs, "--cases", "bf16/32768x256", "--max-s", "150",
+                "--out", str(out)]) == 0
     cut = json.loads(out.with_suffix(".json").read_text())
     assert 0 < len(cut["rows"]) < 3 and cut["pairs_asked"] == 3
     assert f"Pairs timed: {len(cut['rows'])} of 3 asked" in out.with_suffix(".md").read_text()

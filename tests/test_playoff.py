@@ -151,7 +151,7 @@ def test_evo_dispatch_and_export_take_a_playoff_file(evaluations, tmp_path):
 
 
 def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_path):
-    """experiments/scripts/playoff.py end to end with the judge replaced by a labelled test double
+    """`evo playoff` (and experiments/scripts/playoff.py, its lab wrapper) end to end with the judge replaced by a labelled test double
     (the real one needs the GPU): every contested width judged, the file readable by
     winners_from_dict, --max-s keeping the run's winner on the widths it did not reach."""
     import importlib.util
@@ -180,8 +180,11 @@ def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_
     assert sorted(prefetched) == sorted({k for w in data["widths"] for k in w["contenders"]})   # each once, up front
     evs = [Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]]
     build_dispatch(evs, winners=winners)                        # the run accepts every winner
-    monkeypatch.setattr(script.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call
-    assert script.main(["--run", str(RUN), "--margin", "0.01", "--max-s", "150", "--out", str(out)]) == 0
+    import evo.playoff
+    from evo.cli import main as evo_cli
+
+    monkeypatch.setattr(evo.playoff.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call
+    assert evo_cli(["playoff", str(RUN), "--margin", "0.01", "--max-s", "150", "--out", str(out)]) == 0
     assert 0 < len(read_json(out.with_suffix(".json"))["widths"]) < data["contested"]
 
 

@@ -1,4 +1,4 @@
-"""The device scripts (experiments/scripts/*.sh) run only on the GPU machine, one call at a time;
+"""The device scripts (experiments/device/*.sh, lab tooling) run only on the GPU machine, one call at a time;
 what can be checked here is checked here: they parse, and the helpers that carry state between
 sessions (QuACK's autotune cache) do what the docs say."""
 
@@ -13,7 +13,12 @@ import pytest
 
 from tests.conftest import REPO
 
-SCRIPTS = sorted((REPO / "experiments" / "scripts").glob("*.sh"))
+SCRIPTS = sorted((REPO / "experiments" / "device").glob("*.sh"))
+
+
+def test_the_device_glue_lives_under_experiments_device():
+    assert len(SCRIPTS) >= 12 and not list((REPO / "experiments" / "scripts").glob("*.sh"))
+    assert (REPO / "experiments" / "device" / "README.md").is_file()
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -32,7 +37,7 @@ def test_quacks_autotune_cache_is_restored_from_the_repo_and_saved_to_out(tmp_pa
     (repo / "results" / "quack_autotune" / "OLD" / "rmsnorm_fwd_tuned.autotune.json").write_text('{"old": 1}')
     cache, out = tmp_path / "cache", tmp_path / "out"
     script = f"""
-        . {REPO}/experiments/scripts/device_lib.sh
+        . {REPO}/experiments/device/device_lib.sh
         export QUACK_CACHE_DIR={cache} OUT={out}
         quack_autotune_restore
         mkdir -p {cache}/NEW && echo '{{}}' > {cache}/NEW/rmsnorm_fwd_tuned.autotune.json && : > {cache}/NEW/kernel.o

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: export a run's dispatch table, pip-install the package into a clean target
 # (no factory on its path), run the package's own tests, then its benchmark script.
-#   bash experiments/scripts/export_check.sh RUN OUTDIR [BENCH_JSON]
+#   bash experiments/device/export_check.sh RUN OUTDIR [BENCH_JSON]
 set -o pipefail
 RUN=$1; OUTD=$2; BENCH=${3:-results/rmsnorm_fwd_h200.json}
 mkdir -p "$OUTD"

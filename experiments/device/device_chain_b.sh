@@ -2,7 +2,7 @@
 # Device call B (see device_chain_a.sh): QuACK's second wheel part parked (.whlq2/), the search
 # resumed to its wall budget, then its dump and dispatch table (kept in /root/work for C).
 set -o pipefail
-. experiments/scripts/device_lib.sh
+. experiments/device/device_lib.sh
 install_wheels || exit 1
 install_quack
 device_pythonpath

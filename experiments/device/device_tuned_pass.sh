@@ -5,9 +5,9 @@
 # without a GPU by `bench_rmsnorm.py merge`. With QuACK's autotune cache restored from
 # results/quack_autotune/ a shape autotuned in an earlier session is timed at once (~410 s for
 # the 16 cases without it). Session 7 ran this pass as an inline command (results/README.md).
-#   DTYPES=fp16,fp32 TUNED_S=430 OUT=$OUT bash experiments/scripts/device_tuned_pass.sh
+#   DTYPES=fp16,fp32 TUNED_S=430 OUT=$OUT bash experiments/device/device_tuned_pass.sh
 set -o pipefail
-. experiments/scripts/device_lib.sh
+. experiments/device/device_lib.sh
 install_wheels || exit 1
 device_pythonpath
 OUT=${OUT:-results/device}

@@ -1,4 +1,4 @@
-# Shared steps of the device scripts (source it: `. experiments/scripts/device_lib.sh`).
+# Shared steps of the device scripts (source it: `. experiments/device/device_lib.sh`).
 # The device has no network: wheels travel in the call's `carry` (.whl/, and QuACK's in .whlq1/,
 # .whlq2/ and .whlq3/ over three back-to-back calls: a call carries at most 64 MiB with the working
 # tree, and the 92 MB cutlass wheel is split in parts .part00, .part01, .part02: since session 7
@@ -73,12 +73,12 @@ device_start() {
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
 }
 
-# The dispatch playoff (evo/playoff.py) for the run in /root/work: the near-tied genomes of each
+# The dispatch playoff (`evo playoff`) for the run in /root/work: the near-tied genomes of each
 # width judged again side by side for at most PLAYOFF_S seconds, then the dispatch table rebuilt
 # with its winners (/root/work/rmsnorm_dispatch.json; export_check.sh picks up the playoff file).
 dispatch_playoff() {
     local run; run=$(cat /root/work/run_dir)
-    timeout "$((PLAYOFF_S + 90))" python3 experiments/scripts/playoff.py --run /root/work/rmsnorm_fwd_h200_run.json \
+    timeout "$((PLAYOFF_S + 90))" python3 -m evo.cli playoff /root/work/rmsnorm_fwd_h200_run.json \
         --margin "${PLAYOFF_MARGIN:-0.02}" --repeats "${PLAYOFF_REPEATS:-3}" --max-s "$PLAYOFF_S" \
         --out /root/work/playoff > /root/work/playoff.log 2>&1
     echo "playoff rc=$?"; tail -2 /root/work/playoff.md 2>/dev/null

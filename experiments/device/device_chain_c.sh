@@ -6,7 +6,7 @@
 # exported package installed into a clean target, its tests and its benchmark (export_check.sh),
 # then (DIAG_S > 0) one package case timed alone / interleaved / by the judge (diagnose_pkg_case.py).
 set -o pipefail
-. experiments/scripts/device_lib.sh
+. experiments/device/device_lib.sh
 install_wheels || exit 1
 install_quack            # the third part (.whlq3/) completes the cutlass wheel parked by calls A and B
 device_pythonpath
@@ -21,7 +21,7 @@ timeout "${BENCH_S:-420}" python3 experiments/scripts/bench_rmsnorm.py --dispatc
 echo "bench rc=$?"; tail -45 "$OUT/bench.log"
 quack_autotune_save
 RUN=$(cat /root/work/run_dir)
-timeout "${EXPORT_S:-150}" bash experiments/scripts/export_check.sh "$RUN" "$OUT" "$OUT/rmsnorm_fwd_h200.json" 2>&1 | tail -30
+timeout "${EXPORT_S:-150}" bash experiments/device/export_check.sh "$RUN" "$OUT" "$OUT/rmsnorm_fwd_h200.json" 2>&1 | tail -30
 if [ "${DIAG_S:-90}" -gt 0 ] && [ -d /tmp/pkgsite ]; then
     PYTHONPATH=/tmp/pkgsite:$PYTHONPATH timeout "${DIAG_S:-90}" python3 experiments/scripts/diagnose_pkg_case.py \
         --dtype "${DIAG_DTYPE:-fp32}" --M "${DIAG_M:-8192}" --N "${DIAG_N:-262144}" --dispatch /root/work/rmsnorm_dispatch.json --out "$OUT/diag.json" \

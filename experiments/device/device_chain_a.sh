@@ -9,7 +9,7 @@
 #   session 7: .whl and .whlq2 together no longer fit; B and C find .whl installed by A while the
 #   machine stays warm, and install_wheels skips it).
 set -o pipefail
-. experiments/scripts/device_lib.sh
+. experiments/device/device_lib.sh
 device_start || exit 1
 # STEPS picks the judge checks to run before the search (default: all three)
 STEPS=${STEPS:-"tests profile throughput"}

@@ -3,7 +3,7 @@
 # per shape) beside its plain path, torch and the dispatch table, one process per bf16 case (4K,
 # 1K, 16K first), until QUACK_TUNED_S runs out (carry .whl, .whlq2 right after d1).
 set -o pipefail
-. experiments/scripts/device_lib.sh
+. experiments/device/device_lib.sh
 install_wheels || exit 1
 install_quack
 device_pythonpath

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # On the device, after device_chain_c.sh (QuACK installed, the package in /tmp/pkgsite): Nsight
 # Compute on the evolved kernel, QuACK and torch.compile for the short-row cases, then one table.
-#   CASES=bf16/32768x256,fp32/32768x256 OUT=$OUT bash experiments/scripts/ncu_short_rows.sh
+#   CASES=bf16/32768x256,fp32/32768x256 OUT=$OUT bash experiments/device/ncu_short_rows.sh
 # The GPU's clocks are left alone (--clock-control none, METHOD.md); caches are flushed before
 # every profiled kernel (ncu's default --cache-control all), as the judge flushes L2 before a sample.
 set -o pipefail
-. experiments/scripts/device_lib.sh
+. experiments/device/device_lib.sh
 device_pythonpath
 OUT=${OUT:-results/device}
 mkdir -p "$OUT"
@@ -27,4 +27,4 @@ run_ncu() {
 run_ncu --nvtx --print-nvtx-rename kernel || { echo "ncu with NVTX names failed (rc $?): again without"; run_ncu; }
 echo "ncu rc=$?"; tail -3 "$OUT/ncu_probe.log"
 python3 experiments/scripts/ncu_table.py --csv "$OUT/ncu.csv" --order "$OUT/ncu_order.json" --out "$OUT/short_rows_ncu" \
-    --command "CASES=$CASES IMPLS=$IMPLS bash experiments/scripts/ncu_short_rows.sh"
+    --command "CASES=$CASES IMPLS=$IMPLS bash experiments/device/ncu_short_rows.sh"

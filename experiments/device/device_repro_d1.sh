@@ -4,9 +4,9 @@
 # target and tested, its benchmark run twice (pkg1, pkg2), and the judge's bench re-run for fp32 (torch only)
 # to tell a package effect from run-to-run drift.
 set -o pipefail
-. experiments/scripts/device_lib.sh
+. experiments/device/device_lib.sh
 device_start || exit 1
-timeout "${EXPORT_S:-200}" bash experiments/scripts/export_check.sh results/rmsnorm_fwd_h200_run.json "$OUT/pkg1" \
+timeout "${EXPORT_S:-200}" bash experiments/device/export_check.sh results/rmsnorm_fwd_h200_run.json "$OUT/pkg1" \
     results/rmsnorm_fwd_h200.json 2>&1 | tail -4
 mkdir -p "$OUT/pkg2"
 (cd /tmp && env -u PYTHONPATH PYTHONPATH=/tmp/pkgsite timeout 150 python3 -m ptxk_rmsnorm.bench --dtype all \

@@ -12,11 +12,10 @@ from operators.crossover import CROSSOVERS, by_group, mix_groups, mix_uniform, u
 from operators.individual import FAILED, FitnessMax, Individual, from_evaluation, individual
 from operators.mutation import mutate
 from operators.selection import best_unique, elite, tournament
-from operators.stats import hall_of_fame, make_statistics
 from operators.toolbox import make_toolbox, vary
 
 __all__ = [
     "CROSSOVERS", "Candidate", "FAILED", "FitnessMax", "Individual", "best_unique", "by_group",
-    "elite", "from_evaluation", "hall_of_fame", "individual", "make_statistics", "make_toolbox",
+    "elite", "from_evaluation", "individual", "make_toolbox",
     "mix_groups", "mix_uniform", "mutate", "tournament", "uniform", "vary",
 ]

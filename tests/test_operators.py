@@ -274,21 +274,6 @@ def test_tournament_is_seeded_and_validates():
     assert op.tournament([], 0, random.Random(0)) == []
 
 
-def test_hall_of_fame_and_statistics():
-    rng = random.Random(0)
-    g = SPACE.sample(rng)
-    pop = [op.individual(g, 1.0), op.individual(g, 1.0)] + _pop(SPACE, rng, 5, [None, 0.5, 2.0, None, 0.1])
-    hof = op.hall_of_fame(3)
-    hof.update(pop)
-    assert [i.value for i in hof] == [2.0, 1.0, 0.5]
-    stats = op.make_statistics().compile(pop)
-    assert stats["max"] == 2.0 and stats["failed"] == 2 and stats["n"] == 7
-    log = tools.Logbook()
-    log.record(gen=0, **stats)
-    assert log.select("max") == [2.0]
-    assert op.make_statistics().compile(_pop(SPACE, rng, 2, [None, None]))["max"] is None
-
-
 # -- toolbox and vary ------------------------------------------------------------------------
 def _children(seed, crossover="uniform", n=40):
     rng = random.Random(seed)
@@ -411,7 +396,6 @@ def test_no_creator_globals():
     before = set(vars(deap.creator))
     _children(0, "uniform")
     _children(0, "group")
-    op.hall_of_fame(2).update(_pop(SPACE, random.Random(0), 3))
     assert not hasattr(deap.creator, "FitnessMax")
     assert not hasattr(deap.creator, "Individual")
     assert set(vars(deap.creator)) == before

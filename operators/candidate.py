@@ -8,6 +8,7 @@ can be studied afterwards.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from genomes import Genome
 
@@ -24,6 +25,9 @@ class Candidate:
     genome: Genome
     parents: tuple[str, ...] = ()
     operator: str = "init"
+    #: a source proposal (fitness.raw.RawSource): judged through the evaluator's evaluate_raw, keyed
+    #: by its own hash; `genome` is then the genome it was derived from (its parent)
+    raw: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.genome, Genome):
@@ -34,4 +38,4 @@ class Candidate:
 
     @property
     def key(self) -> str:
-        return self.genome.key
+        return self.raw.key if self.raw is not None else self.genome.key

@@ -106,7 +106,11 @@ def _from_store(url: str, run_id: str | None) -> RunFrames:
         except KeyError:
             raise ValueError(f"store {url} has no run {run_id!r}") from None
         records = store.records(run_id)
-    return frames_from_records(info, records)
+        try:
+            events = store.events(run_id)
+        except NotImplementedError:
+            events = []
+    return frames_from_records(info, records, events)
 
 
 def _from_dump(path: Path, run_id: str | None) -> RunFrames:
@@ -132,7 +136,7 @@ def _from_dump(path: Path, run_id: str | None) -> RunFrames:
                    family=data.get("family", ""), seed=int(data.get("seed", 0)), config=config,
                    created_at=0.0, state=data.get("state", "dumped"), notes=data.get("notes") or {},
                    elapsed_s=float(data.get("elapsed_s") or 0.0))
-    return frames_from_records(info, sorted(records, key=lambda r: r.seq))
+    return frames_from_records(info, sorted(records, key=lambda r: r.seq), data.get("events") or ())
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -155,7 +159,8 @@ def _run_genes(info: RunInfo, records: Sequence[Record]) -> tuple[list[str], dic
     the legacy value of each gene added to it later: a genome recorded before a gene existed (a
     seed carried from an earlier session) holds that value. Without the space (an unknown family),
     the genes the records name, in order of appearance."""
-    seen = _ordered(k for r in records for k in r.evaluation.genome)
+    # a source proposal's "genome" (fitness.raw.RawSource.as_dict) names no genes
+    seen = _ordered(k for r in records if not r.evaluation.space.endswith("/raw") for k in r.evaluation.genome)
     try:
         from genomes import load_space
 
@@ -168,8 +173,10 @@ def _run_genes(info: RunInfo, records: Sequence[Record]) -> tuple[list[str], dic
     return names + [k for k in seen if k not in names], legacy
 
 
-def frames_from_records(info: RunInfo, records: Sequence[Record]) -> RunFrames:
-    """The frames of a run from its RunInfo and records (in append order)."""
+def frames_from_records(info: RunInfo, records: Sequence[Record],
+                        events: Sequence[Mapping[str, Any]] = ()) -> RunFrames:
+    """The frames of a run from its RunInfo and records (in append order); `events` (the store's
+    proposals and LLM exchanges, evo.proposers) go to run["events"] for the operator tables."""
     objective = dict(info.config.get("objective") or {})
     metric = objective.get("metric", "geomean_speedup")
     baseline = objective.get("baseline", "torch")
@@ -189,8 +196,9 @@ def frames_from_records(info: RunInfo, records: Sequence[Record]) -> RunFrames:
                                "fitness": _nan(r.fitness(metric))}
         for name in objectives:
             row[f"obj.{name}"] = _nan(ev.objectives.get(name))
+        raw = ev.space.endswith("/raw")
         for name in genes:
-            row[f"gene.{name}"] = ev.genome.get(name, legacy.get(name))
+            row[f"gene.{name}"] = None if raw else ev.genome.get(name, legacy.get(name))
         row.update(device=ev.device, toolkit=ev.toolkit, started_at=ev.started_at, finished_at=ev.finished_at,
                    duration_s=ev.duration_s, gpu_seconds=_float_artifact(ev.artifacts, "gpu_seconds"),
                    copy_ceiling_tbps=_float_artifact(ev.artifacts, "copy_ceiling_tbps"), message=ev.message)
@@ -216,7 +224,7 @@ def frames_from_records(info: RunInfo, records: Sequence[Record]) -> RunFrames:
     run = {"run_id": info.run_id, "name": info.name, "family": info.family, "seed": info.seed,
            "metric": metric, "baseline": baseline, "config": dict(info.config), "state": info.state,
            "elapsed_s": info.elapsed_s, "created_at": info.created_at, "notes": dict(info.notes),
-           "stop_reason": (info.notes or {}).get("stop_reason", "")}
+           "stop_reason": (info.notes or {}).get("stop_reason", ""), "events": [dict(e) for e in events]}
     return RunFrames(evaluations, cases, run, records)
 
 

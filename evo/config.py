@@ -181,6 +181,51 @@ class OutputSection:
 
 
 @dataclass(frozen=True)
+class LLMSection:
+    rate: float = _f(0.0, min=0.0, max=1.0, doc="share of the strategy's children replaced by an LLM proposal on "
+                                                "the same parent (a source proposal is judged beside them)")
+    base_url: str = _f("", doc="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vLLM, SGLang, Ollama, "
+                               "llama.cpp's server, a hosted API); empty with replay set: answers come from replay")
+    model: str = _f("", doc="model name the endpoint serves")
+    api_key_env: str = _f("OPENAI_API_KEY", doc="environment variable holding the API key (never the key itself; "
+                                                 "the key reaches no store, log or prompt)")
+    temperature: float = _f(0.2, min=0.0, max=2.0, doc="sampling temperature")
+    max_tokens: int = _f(2048, min=16, doc="most tokens of one answer")
+    timeout_s: float = _f(120.0, min=0.01, doc="seconds one request may take")
+    retries: int = _f(3, min=0, max=20, doc="retries of a request after a 429, a 5xx, a timeout or a connection error")
+    backoff_s: float = _f(2.0, min=0.0, doc="first wait before a retry (doubled each time) when no Retry-After is given")
+    retry_after_max_s: float = _f(60.0, min=0.0, doc="longest wait a Retry-After header may ask for")
+    concurrency: int = _f(1, min=1, max=64, doc="requests in flight at once")
+    budget_tokens: int = _f(0, min=0, doc="stop asking after this many tokens (prompt + answer) in the run (0: no limit)")
+    budget_usd: float = _f(0.0, min=0.0, doc="stop asking after this much money in the run (0: no limit)")
+    price_per_1k_prompt: float = _f(0.0, min=0.0, doc="USD per 1000 prompt tokens (the cost recorded per exchange)")
+    price_per_1k_completion: float = _f(0.0, min=0.0, doc="USD per 1000 answer tokens")
+    prompt: str = _f("proposal_v1", doc="prompt template: a name in operators/prompts/ or a .md path")
+    source_edits: bool = _f(True, doc="offer the family's editable regions (kernels/<family>/raw_launch.py) for "
+                                      "rewriting; judged only by an evaluator that takes source (evaluate_raw)")
+    replay: str = _f("", doc="a transcript JSON (operators.llm.write_transcript / evo transcript) that answers "
+                             "instead of an endpoint, prompt for prompt; path relative to the config file")
+
+
+@dataclass(frozen=True)
+class GuidedSection:
+    rate: float = _f(0.0, min=0.0, max=1.0, doc="share of the strategy's children (mutation/crossover) replaced by "
+                                                "a guided proposal on the same parent (operators/guided.py)")
+    rules: str = _f("", doc="guided rules file (TOML); empty: operators/rules/<family>_v<N>.toml, the latest; "
+                            "path relative to the config file")
+
+
+@dataclass(frozen=True)
+class OperatorsSection:
+    """[operators.guided] and [operators.llm]: proposers mixed into the strategy's children by rate;
+    the remaining 1 - guided.rate - llm.rate stay the strategy's own (search.ga's mutation and crossover)."""
+
+    guided: GuidedSection = _f(factory=GuidedSection)
+    llm: LLMSection = _f(factory=LLMSection)
+    seed: int = _f(0, min=0, doc="added to experiment.seed for the proposers' own random choices")
+
+
+@dataclass(frozen=True)
 class Config:
     experiment: ExperimentSection
     target: TargetSection = _f(factory=TargetSection)
@@ -191,6 +236,7 @@ class Config:
     evaluator: EvaluatorSection = _f(factory=EvaluatorSection)
     store: StoreSection = _f(factory=StoreSection)
     output: OutputSection = _f(factory=OutputSection)
+    operators: OperatorsSection = _f(factory=OperatorsSection)
     source: str = field(default="", compare=False, metadata={"internal": True})
 
     def to_dict(self) -> dict[str, Any]:
@@ -327,6 +373,16 @@ def _cross_checks(cfg: Config) -> list[str]:
                         f"({cfg.budget.evaluations}) for the main strategy")
     if cfg.evaluator.kind == "replay" and not cfg.evaluator.replay:
         problems.append("evaluator.replay: required when evaluator.kind = 'replay' (a .csv/.json table or URL#run_id)")
+    ops = cfg.operators
+    if ops.guided.rate + ops.llm.rate > 1.0:
+        problems.append(f"operators: guided.rate + llm.rate = {ops.guided.rate + ops.llm.rate:g} is more than 1 "
+                        "(they are shares of the strategy's children)")
+    if ops.llm.rate > 0 and not ops.llm.replay and not (ops.llm.base_url and ops.llm.model):
+        problems.append("operators.llm: rate > 0 needs base_url and model (a live endpoint) or replay (a transcript); "
+                        "set them or set operators.llm.rate = 0")
+    if ops.llm.rate > 0 and ops.llm.base_url and not ops.llm.base_url.startswith(("http://", "https://")):
+        problems.append(f"operators.llm.base_url: {ops.llm.base_url!r} is not an http(s) URL "
+                        "(e.g. http://localhost:8000/v1)")
     if not cfg.experiment.name.replace("-", "").replace("_", "").isalnum():
         problems.append(f"experiment.name: {cfg.experiment.name!r} may use only letters, digits, '-' and '_'")
     return problems

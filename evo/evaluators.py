@@ -251,6 +251,9 @@ def check_environment(cfg: Config, store_url: str | None = None) -> None:
                             f"versions: {space_versions(family)} (empty: the latest)")
         else:
             problems.extend(region_problems(cfg, load_space(family, version)))
+            from evo.proposers import operator_problems
+
+            problems.extend(operator_problems(cfg, load_space(family, version)))
             try:
                 listed_seeds(cfg, load_space(family, version), [], room=1 << 30)
             except ConfigError as exc:

@@ -62,6 +62,30 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def _yield_section(frames: RunFrames) -> list[str]:
+    """Per operator: proposals, valid, compiled, verified, better than the parent, new bests, GPU
+    seconds, tokens and cost (evo.operator_yield); with proposers, one row per rule and answer kind."""
+    from evo.operator_yield import exchange_lines, markdown, operator_yield
+
+    events = frames.run.get("events") or []
+    if not frames.records:
+        return []
+    out = ["## Yield per operator", "",
+           "Proposals: a proposer's every proposal (also those never judged: invalid, duplicate, skipped, "
+           "endpoint errors), a strategy's children; valid: judged; improved: better than the best parent; "
+           "new best: better than everything recorded before it.", ""]
+    out += markdown(operator_yield(frames.records, events, frames.metric)) + [""]
+    if any(e.get("kind") == "proposal" for e in events):
+        detail = [r for r in operator_yield(frames.records, events, frames.metric, detail=True)
+                  if r.operator.split(":")[0] in ("guided", "llm")]
+        out += ["By guided rule and LLM answer kind:", ""] + markdown(detail) + [""]
+    talk = exchange_lines(events)
+    if talk:
+        out += ["### What the model was told and said", "",
+                "One line per exchange (the full prompts and answers are the store's `llm` events).", ""] + talk + [""]
+    return out
+
+
 def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110,
                  winners: Mapping[tuple[str, int], str] | None = None, playoff: str | Path | None = None) -> Path:
     """Write out_dir/report.md and one PNG per figure; returns the path of report.md. `winners`
@@ -166,6 +190,8 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110,
         lines += ["## Operators", ""]
         lines += _table(["operator", "children", "better than best parent", "share"],
                         [[r.operator, r.children, r.better, r.share_better] for r in ops.itertuples()]) + [""]
+
+    lines += _yield_section(frames)
 
     pairs = one_gene_pairs(frames, baseline)
     if not pairs.empty:

@@ -106,6 +106,11 @@ class Run:
         # search.carry_seeds: earlier verdicts the seeds may be answered from (evo.evaluators)
         self.carried: dict[str, Evaluation] = dict(carried or {})
         self.carry_log: list[tuple[str, str]] = []     # (genome key, "" carried | why judged again)
+        # [operators]: guided and LLM proposals mixed into the strategy's children (evo.proposers)
+        from evo.proposers import ProposalMixer
+
+        self.mixer = ProposalMixer.build(cfg, space, store, run_id, evaluator)
+        self._strategy_slots: int | None = None       # how many of the last ask's candidates the strategy made
 
     # -- budget ------------------------------------------------------------------------------
     @property
@@ -136,6 +141,9 @@ class Run:
             if self._remaining() > 0:
                 cands = st.strategy.ask()
                 if cands:
+                    self._strategy_slots = len(cands)
+                    if self.mixer is not None:
+                        cands, self._strategy_slots = self.mixer.mix(cands, self.answered)
                     return cands
             st.strategy.close()
             self.stage_index += 1
@@ -170,7 +178,7 @@ class Run:
             chunk = todo[i:i + batch]
             upcoming = todo[i + batch:i + 2 * batch]
             if upcoming:
-                self.evaluator.prefetch([c.genome for c in upcoming])   # compiles while this chunk runs
+                self.evaluator.prefetch([c.genome for c in upcoming if c.raw is None])   # compiles while this chunk runs
             try:
                 evals = self._judge(chunk)
             except NotRecorded:
@@ -226,8 +234,11 @@ class Run:
         hopeless cut stopped two of session 2's per-case champions on cases outside their
         specialty, so they never competed where they had won)."""
         full = [c for c in chunk if c.operator == "seed"] if self.cfg.search.seeds_in_full else []
-        rest = [c for c in chunk if c not in full]
+        raws = [c for c in chunk if c.raw is not None]          # source proposals (evo.proposers)
+        rest = [c for c in chunk if c not in full and c.raw is None]
         answers: dict[str, Evaluation] = {}
+        if raws:
+            answers.update(zip((c.key for c in raws), self.evaluator.evaluate_raw([c.raw for c in raws])))
         if full:
             answers.update(zip((c.key for c in full), self.evaluator.evaluate_in_full([c.genome for c in full])))
         if rest:
@@ -243,8 +254,11 @@ class Run:
 
     def tell(self, candidates: Sequence[Candidate], evaluations: Sequence[Evaluation]) -> None:
         st = self.stages[self.stage_index]
-        st.strategy.tell(candidates[: len(evaluations)], evaluations)
-        self.history.extend(zip(candidates, evaluations))
+        # the strategy hears of its own slots only (a proposer may have taken some of them); source
+        # proposals judged beside them are the run's, not the strategy's, and stay out of history
+        n = len(evaluations) if self._strategy_slots is None else min(len(evaluations), self._strategy_slots)
+        st.strategy.tell(candidates[:n], evaluations[:n])
+        self.history.extend((c, e) for c, e in zip(candidates, evaluations) if c.raw is None)
 
     # -- the loop ----------------------------------------------------------------------------
     def optimize(self) -> RunSummary:

@@ -13,10 +13,10 @@ the genome that was fastest when the near-tied ones were judged again side by si
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
+from fitness.objectives import geomean
 from fitness.records import Status
 
 
@@ -35,11 +35,6 @@ class DispatchEntry:
     def to_dict(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "n_min": self.n_min, "n_max": self.n_max, "key": self.key,
                 "genome": dict(self.genome), "cases": {k: dict(v) for k, v in self.cases.items()}}
-
-
-def _geomean(values: Iterable[float]) -> float:
-    vals = list(values)
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 def complete_evidence(evaluations: Iterable[Any]) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
@@ -67,7 +62,7 @@ def complete_evidence(evaluations: Iterable[Any]) -> dict[tuple[str, int], dict[
 def recorded_times(complete: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
     """Genome key -> geometric mean of its recorded times over a width's cases: what the dispatch
     ranks (complete_evidence's value for one width)."""
-    return {k: _geomean(cr.time_us for cr in cases.values()) for k, cases in complete.items()}
+    return {k: geomean([cr.time_us for cr in cases.values()]) for k, cases in complete.items()}
 
 
 def build_dispatch(evaluations: Iterable[Any], baseline: str = "torch",
@@ -123,3 +118,15 @@ def lookup(entries: Iterable[DispatchEntry], dtype: str, n: int) -> DispatchEntr
         if e.covers(dtype, n):
             return e
     raise LookupError(f"no dispatch entry for dtype {dtype} and N = {n}")
+
+
+def markdown_rows(entries: Sequence[DispatchEntry], baseline: str, code: bool = False) -> list[str]:
+    """The dispatch table as markdown: per entry its dtype, N range, genome key, cases and the geomean
+    of its cases' speedups over `baseline` (code: keys in backticks); `evo dispatch` prints it."""
+    rows = [f"| dtype | N range | genome key | cases | geomean speedup vs {baseline} |", "|---|---|---|---:|---:|"]
+    for e in entries:
+        gm = geomean([c["speedup"] for c in e.cases.values() if c.get("speedup")])
+        rng = f"{e.n_min}..{e.n_max if e.n_max is not None else 'inf'}"
+        key = f"`{e.key}`" if code else e.key
+        rows.append(f"| {e.dtype} | {rng} | {key} | {len(e.cases)} | {f'{gm:.3f}' if gm else '-'} |")
+    return rows

@@ -104,10 +104,18 @@ def _git_commit() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def _fill(text: str, subs: Mapping[str, str]) -> str:
+def _fill(text: str, subs: Mapping[str, str], family: Any = None) -> str:
+    """The template with `subs` replaced, and every `__CASES(MATRIX|P1,P2)__` by the list of distinct
+    (P1, P2) tuples of the family's benchmark cases of MATRIX, in case order: a template names the
+    matrices and parameters it needs, the family owns their values (one shape list, not two)."""
     for k, v in subs.items():
         text = text.replace(k, v)
-    return text
+
+    def cases(m: re.Match) -> str:
+        params = [p.strip() for p in m.group(2).split(",")]
+        rows = dict.fromkeys(tuple(c.params[p] for p in params) for c in family.benchmark_cases(m.group(1)))
+        return repr(list(rows))
+    return re.sub(r"__CASES\(([^|)]+)\|([^)]+)\)__", cases, text) if family is not None else text
 
 
 def _find_bench(entries: Sequence[DispatchEntry], bench: str | Path | None) -> tuple[dict | None, Path | None]:
@@ -304,7 +312,7 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
     subs = {"__PKG__": pkg, "__RUN_ID__": frames.run["run_id"], "__VERSION__": PACKAGE_VERSION,
             "__WEIGHT_DTYPE__": weight_dtype, "__CUPY__": cupy_wheel}
     (pdir / "__init__.py").write_text(_fill((templates / "__init__.py.tmpl").read_text(), subs))
-    bench_src = _fill((templates / "bench.py.tmpl").read_text(), subs)
+    bench_src = _fill((templates / "bench.py.tmpl").read_text(), subs, family)
     (pdir / "bench.py").write_text(bench_src)
     (out / "bench.py").write_text(f'"""Run {pkg}.bench (see its docstring)."""\nfrom {pkg}.bench import main\n\n'
                                   'if __name__ == "__main__":\n    raise SystemExit(main())\n')

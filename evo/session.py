@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -239,7 +238,7 @@ def print_dispatch(source: str | Path, baseline: str | None = None, out: str | P
     recordings are dumps: results/rmsnorm_dispatch.json is rebuilt from one and its playoff)."""
     import json
 
-    from evo.dispatch import build_dispatch
+    from evo.dispatch import build_dispatch, markdown_rows
     from evo.playoff import read_winners
 
     frames = _frames_or_error(source, run_id)
@@ -255,13 +254,7 @@ def print_dispatch(source: str | Path, baseline: str | None = None, out: str | P
     if not entries:
         print("no verified evaluation with timed cases in this run")
         return 1
-    print(f"| dtype | N range | genome key | cases | geomean speedup vs {baseline} |")
-    print("|---|---|---|---:|---:|")
-    for e in entries:
-        sp = [c["speedup"] for c in e.cases.values() if c.get("speedup")]
-        gm = f"{math.exp(sum(math.log(v) for v in sp) / len(sp)):.3f}" if sp else "-"
-        rng = f"{e.n_min}..{e.n_max if e.n_max is not None else 'inf'}"
-        print(f"| {e.dtype} | {rng} | {e.key} | {len(e.cases)} | {gm} |")
+    print("\n".join(markdown_rows(entries, baseline)))
     if out:
         table = {"run_id": frames.run["run_id"], "baseline": baseline, "entries": [e.to_dict() for e in entries]}
         if playoff:

@@ -217,6 +217,18 @@ def test_public_namespace_is_the_api_and_the_cupy_extra_matches_the_toolkit(expo
     assert "cupy-cuda12x" not in (exported.path / PKG / "__init__.py").read_text() or wheel == "cupy-cuda12x"
 
 
+def test_the_bench_shapes_are_the_familys_matrices(exported, family):
+    import ast
+
+    tree = ast.parse((exported.path / PKG / "bench.py").read_text())
+    values = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+              if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id in ("QUACK_SHAPES", "MODEL_SHAPES")}
+    for name, matrix in (("QUACK_SHAPES", "quack"), ("MODEL_SHAPES", "models")):
+        want = list(dict.fromkeys((c.params["M"], c.params["N"]) for c in family.benchmark_cases(matrix)))
+        assert [tuple(s) for s in values[name]] == want and len(want) in (11, 15)
+
+
 def test_cupy_for_toolkit():
     from evo.export import cupy_for_toolkit
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -54,8 +53,10 @@ def versions() -> dict:
 
 
 def geomean(vals):
-    vals = [v for v in vals if v]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+    """fitness.objectives.geomean of the figures present (None: not measured)."""
+    from fitness.objectives import geomean as _geomean
+
+    return _geomean([v for v in vals if v])
 
 
 def time_dispatch(ev, entries, genomes, wanted: set[str], on_result=None) -> dict:

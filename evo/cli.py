@@ -121,6 +121,19 @@ def parser() -> argparse.ArgumentParser:
     ab.add_argument("--neighbours", default="", help="SPEC[,SPEC...]: pair each with its every valid one-step neighbour")
     ab.add_argument("--repeats", type=int, default=3, help="adjacent evaluations of each pair, order alternating")
     _add_device_args(ab, "pair")
+    tr = sub.add_parser("transcript", help="write a run's LLM exchanges (prompts and answers) as a transcript that "
+                        "[operators.llm] replay answers from, without a server")
+    _add_run_source(tr)
+    tr.add_argument("--out", required=True, help="the transcript file to write (JSON)")
+    st = sub.add_parser("operators-study", help="guided proposals vs plain mutation on recorded verdicts: "
+                        "improvement rate and new bests per 100 children, median over seeds")
+    st.add_argument("recordings", nargs="+", help="recorded runs (`evo dump` JSON) of one family and space version")
+    st.add_argument("--out", required=True, help="output prefix: writes PREFIX.json, PREFIX.md and PREFIX.png")
+    st.add_argument("--seeds", type=int, default=20, help="seeds (each: both operators from the same start)")
+    st.add_argument("--children", type=int, default=60, help="children per operator per seed")
+    st.add_argument("--max-distance", type=int, default=3, help="a child differs from its parent in at most this "
+                    "many genes (both operators)")
+    st.add_argument("--rules", default="", help="guided rules file (default: the family's latest)")
     return ap
 
 
@@ -173,6 +186,15 @@ def _main(argv: Sequence[str] | None) -> int:
 
             return export_run(args.run, args.out, run_id=args.run_id, name=args.name, cache_dir=args.cache_dir,
                               bench=args.bench, force=args.force, playoff=args.playoff)
+        if args.command == "transcript":
+            from evo.proposers import write_run_transcript
+
+            return write_run_transcript(args.run, args.out, run_id=args.run_id)
+        if args.command == "operators-study":
+            from evo.operator_study import main as operators_study
+
+            return operators_study(args.recordings, args.out, seeds=args.seeds, children=args.children,
+                                   max_distance=args.max_distance, rules=args.rules)
         if args.command in ("playoff", "ab"):
             return _cmd_device_step(args, argv)
     except (ConfigError, StoreError) as exc:

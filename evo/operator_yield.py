@@ -49,6 +49,8 @@ def label(operator: str, detail: bool = False) -> str:
     head = base.split(":", 1)[0]
     if head in PROPOSERS and not detail:
         return head
+    if head in PROPOSERS and base == head:
+        return f"{head} (no candidate)"          # no rule fired, an endpoint error, an unreadable answer
     return base
 
 

@@ -234,4 +234,25 @@ def operator_problems(cfg: Config, space: GeneSpace) -> list[str]:
     return problems
 
 
-__all__ = ["ProposalMixer", "VARIED", "build_llm", "operator_problems"]
+def write_run_transcript(source: str, out: str, run_id: str | None = None) -> int:
+    """`evo transcript RUN --out FILE`: the run's LLM exchanges as a transcript for [operators.llm] replay."""
+    import sys  # noqa: PLC0415
+
+    from evo.analysis import load_run  # noqa: PLC0415
+    from operators.llm import write_transcript  # noqa: PLC0415
+
+    try:
+        frames = load_run(source, run_id)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    exchanges = [e for e in frames.run.get("events") or [] if e.get("kind") == "llm"]
+    if not exchanges:
+        print(f"error: {source}: the run has no LLM exchanges (was [operators.llm] rate > 0?)", file=sys.stderr)
+        return 2
+    path = write_transcript(exchanges, out, note=f"LLM exchanges of run {frames.run['run_id']} ({source})")
+    print(f"{path}: {len(exchanges)} exchanges of run {frames.run['run_id']}")
+    return 0
+
+
+__all__ = ["ProposalMixer", "VARIED", "build_llm", "operator_problems", "write_run_transcript"]

@@ -176,7 +176,8 @@ class RecordedChat:
             ex = self._all[pick]
         out = {k: ex.get(k) for k in ("status", "error", "answer", "finish_reason", "prompt_tokens",
                                        "completion_tokens", "latency_s", "attempts", "refusal")}
-        return out | {"replayed": True, **({"prompt_changed": True} if changed else {})}
+        return out | {"replayed": True, "recorded_endpoint": ex.get("endpoint", ""), "recorded_model": ex.get("model", ""),
+                      **({"prompt_changed": True} if changed else {})}
 
 
 def read_transcript(path: str | Path) -> list[dict[str, Any]]:
@@ -337,6 +338,9 @@ class LLMOperator:
             out["replayed"] = True
         if ex.get("prompt_changed"):
             out["prompt_changed"] = True
+        for k in ("recorded_endpoint", "recorded_model"):
+            if ex.get(k):
+                out[k] = ex[k]
         return out
 
     # -- reading an answer ----------------------------------------------------------------

@@ -3,7 +3,7 @@
 evo.dispatch picks, for every (dtype, N), the genome with the smallest recorded time. Those times
 come from different moments: a carried seed's verdict may be a session old, a child's a minute
 old, and on the H200 the same genome's ratio to QuACK moves by ~0.6 % (median) and up to 3 %
-between sessions (results/NOTES.md, session 8). Where the runner-up is within `margin` of the
+between sessions (results/archive/NOTES.md, session 8). Where the runner-up is within `margin` of the
 winner, the recorded order says little. The playoff re-judges those contenders (correctness
 protocol, then timing, through the GPU judge's evaluate_cases) in rotating order, `repeats`
 times, and the dispatch takes the genome with the smallest median; the file it writes is the

@@ -233,7 +233,7 @@ SPACE_V2 = GeneSpace(
     constraints=SPACE_V1.constraints + (GRID_FIT_ONLY_PERSISTENT,),
 )
 
-#: v3 (session 4's SASS finding, results/NOTES.md): output passes may issue the loads of several
+#: v3 (session 4's SASS finding, results/archive/NOTES.md): output passes may issue the loads of several
 #: vectors before writing any (the loads and stores are asm volatile, so the compiler keeps their
 #: order: with one vector at a time a warp has a single L2 round trip in flight while it writes).
 WEIGHT_BATCH = PowerOfTwo("weight_batch", low=1, high=8, group="pipeline", legacy=1,
@@ -311,7 +311,7 @@ SPACE_V4 = GeneSpace(
     + (WEIGHT_PIPELINE_NEEDS,),
 )
 
-#: v5 (session 7): CTAs of one warp. Nsight Compute on bf16 32768 x 256 (results/session7/
+#: v5 (session 7): CTAs of one warp. Nsight Compute on bf16 32768 x 256 (results/archive/session7/
 #: short_rows_ncu.md) found torch.compile fastest there (9.4 us against our 10.7, same DRAM bytes)
 #: with CTAs of 32 threads, 8 per row, 4 rows per CTA, 8192 CTAs; v4's smallest CTA (64 threads)
 #: cannot put 4 rows of 8 threads in a CTA. The template and geometry() already handle a single

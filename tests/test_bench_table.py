@@ -83,8 +83,8 @@ def test_the_committed_table_is_the_merge_of_the_recorded_passes(tmp_path):
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, str(SCRIPT), "merge", "--table", str(REPO / "results/session9/main_pass.json"),
-                          "--tuned", str(REPO / "results/session9/tuned_fp16_fp32.json"),
+    res = subprocess.run([sys.executable, str(SCRIPT), "merge", "--table", str(REPO / "results/archive/session9/main_pass.json"),
+                          "--tuned", str(REPO / "results/archive/session9/tuned_fp16_fp32.json"),
                           "--out", str(tmp_path / "t")], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     made = json.loads((tmp_path / "t.json").read_text())

@@ -107,7 +107,7 @@ class StandInPool:
 @pytest.fixture(scope="module")
 def recorded():
     # session 4's run (frozen): it has verified, hopeless-truncated and unsupported evidence
-    data = read_json(REPO / "results" / "session4" / "rmsnorm_fwd_h200_run.json.gz")
+    data = read_json(REPO / "results" / "archive" / "session4" / "rmsnorm_fwd_h200_run.json.gz")
     return [Evaluation.from_dict(e) for e in data["evaluations"]]
 
 
@@ -167,7 +167,7 @@ def test_a_carried_verdict_is_recorded_in_the_runs_spelling_of_the_genome(record
     ev = next(e for e in recorded if e.status is Status.OK)
     assert "weight_batch" not in ev.genome
     g = SPACE_V3.make(ev.genome)
-    out = _carried(ev, "../results/session4/rmsnorm_fwd_h200_run.json.gz", g)
+    out = _carried(ev, "../results/archive/session4/rmsnorm_fwd_h200_run.json.gz", g)
     assert out.genome["weight_batch"] == 1 and SPACE_V3.make(out.genome).key == ev.key == g.key
     assert out.artifacts["carried_from"].endswith("session4/rmsnorm_fwd_h200_run.json.gz")
     assert out.artifacts["gpu_seconds"] == 0.0 and out.cases == ev.cases

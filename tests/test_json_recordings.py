@@ -16,7 +16,7 @@ from fitness.records import is_json_name, read_json
 from fitness.replay import ReplayEvaluator
 from tests.conftest import REPO
 
-ARCHIVED = REPO / "results" / "session1" / "rmsnorm_fwd_h200_run.json.gz"
+ARCHIVED = REPO / "results" / "archive" / "session1" / "rmsnorm_fwd_h200_run.json.gz"
 
 
 def test_a_gzipped_recording_reads_as_its_json(tmp_path):
@@ -50,6 +50,6 @@ def test_a_file_that_is_not_gzip_behind_a_gz_name_is_a_clear_error(tmp_path):
 def test_archived_recordings_are_gzipped_and_the_current_one_is_not():
     """The README's main job replays results/rmsnorm_fwd_h200_run.json as plain JSON (readable, diffable);
     earlier sessions' runs are archived compressed, and nothing of them is left uncompressed."""
-    archived = sorted((REPO / "results").glob("session*/rmsnorm_fwd_h200_run.json*"))
+    archived = sorted((REPO / "results" / "archive").glob("session*/rmsnorm_fwd_h200_run.json*"))
     assert archived and all(p.name.endswith(".json.gz") for p in archived)
     assert (REPO / "results" / "rmsnorm_fwd_h200_run.json").is_file()

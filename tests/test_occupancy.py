@@ -53,7 +53,7 @@ def frames():
     from evo.analysis import load_run
     from tests.conftest import REPO
 
-    return load_run(REPO / "results" / "session6" / "rmsnorm_fwd_h200_run.json.gz")
+    return load_run(REPO / "results" / "archive" / "session6" / "rmsnorm_fwd_h200_run.json.gz")
 
 
 def test_case_occupancy_of_a_recorded_pair(frames):

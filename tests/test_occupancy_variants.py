@@ -15,7 +15,7 @@ from fitness.records import read_json
 spec = importlib.util.spec_from_file_location("occupancy_variants", REPO / "experiments" / "scripts" / "occupancy_variants.py")
 ov = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ov)
-RUN = REPO / "results" / "session6" / "rmsnorm_fwd_h200_run.json.gz"   # the run the variants were drawn from
+RUN = REPO / "results" / "archive" / "session6" / "rmsnorm_fwd_h200_run.json.gz"   # the run the variants were drawn from
 
 
 def test_budgets_start_with_the_genomes_own_and_never_repeat():
@@ -39,7 +39,7 @@ def test_a_variant_is_kept_only_where_ptxas_leaves_the_served_cases_their_warps(
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
     run = read_json(RUN)
-    entries = [e for e in json.loads((REPO / "results" / "session6" / "rmsnorm_dispatch.json").read_text())["entries"]
+    entries = [e for e in json.loads((REPO / "results" / "archive" / "session6" / "rmsnorm_dispatch.json").read_text())["entries"]
                if e["key"].startswith("b68e7bbe")]
     (tmp_path / "d.json").write_text(json.dumps({"entries": entries}))
     out = tmp_path / "v.json"

@@ -81,7 +81,7 @@ def test_seeds_were_carried_and_the_rest_drawn_from_register_kernels_of_many_war
     carried = [k for k in seeds if evs[k].artifacts.get("carried_from")]
     assert len(seeds) == len(carried) == 24
     assert {evs[k].artifacts["carried_from"] for k in carried} == {"../results/rmsnorm_fwd_h200_run.json"}
-    session8 = json.loads((REPO / "results" / "session8" / "rmsnorm_dispatch.json").read_text())
+    session8 = json.loads((REPO / "results" / "archive" / "session8" / "rmsnorm_dispatch.json").read_text())
     assert set(seeds) == {e["key"] for e in session8["entries"]}
     drawn = [evs[x["key"]].genome for x in recording["lineage"] if x["operator"].startswith("init")]
     assert len(drawn) == 24
@@ -135,7 +135,7 @@ def test_earlier_sessions_searches_replay_from_their_archived_configs(tmp_path, 
     from tests.conftest import subprocess_env
 
     config = REPO / "experiments" / "archive" / f"rmsnorm_fwd_h200_{session}.toml"
-    recording = REPO / "results" / session / "rmsnorm_fwd_h200_run.json.gz"
+    recording = REPO / "results" / "archive" / session / "rmsnorm_fwd_h200_run.json.gz"
     res = subprocess.run([sys.executable, "-m", "evo.cli", "run", str(config), "--replay", str(recording),
                           "--runs-dir", str(tmp_path), "--no-report"], cwd=tmp_path, env=subprocess_env(),
                          capture_output=True, text=True, timeout=300)

@@ -447,12 +447,12 @@ def test_recorded_genomes_render_the_source_the_judge_compiled():
     from fitness.compile import compile_key
     from genomes.rmsnorm import SPACES
     checked = 0
-    for path in ("results/rmsnorm_fwd_h200_run.json", "results/session8/rmsnorm_fwd_h200_run.json.gz",
-                 "results/session7/rmsnorm_fwd_h200_run.json.gz",
-                 "results/session6/rmsnorm_fwd_h200_run.json.gz",
-                 "results/session5/rmsnorm_fwd_h200_run.json.gz",
-                 "results/session4/rmsnorm_fwd_h200_run.json.gz",
-                 "results/session3/rmsnorm_fwd_h200_run.json.gz"):
+    for path in ("results/rmsnorm_fwd_h200_run.json", "results/archive/session8/rmsnorm_fwd_h200_run.json.gz",
+                 "results/archive/session7/rmsnorm_fwd_h200_run.json.gz",
+                 "results/archive/session6/rmsnorm_fwd_h200_run.json.gz",
+                 "results/archive/session5/rmsnorm_fwd_h200_run.json.gz",
+                 "results/archive/session4/rmsnorm_fwd_h200_run.json.gz",
+                 "results/archive/session3/rmsnorm_fwd_h200_run.json.gz"):
         run = read_json(ROOT / path)
         for ev in run["evaluations"]:
             judged = (ev.get("artifacts") or {}).get("source_hash")

@@ -1,9 +1,9 @@
 """Does the exported package's benchmark reproduce the judge's table? Row by row, from files.
 
     python3 experiments/scripts/compare_pkg_bench.py --table results/rmsnorm_fwd_h200.json \
-        --pkg results/session3/pkg_bench_c.json results/session3/pkg1/pkg_bench.json \
-              results/session3/pkg2/pkg_bench.json \
-        [--judge results/session3/judge_fp32.json] --out results/package_vs_judge.md
+        --pkg results/archive/session3/pkg_bench_c.json results/archive/session3/pkg1/pkg_bench.json \
+              results/archive/session3/pkg2/pkg_bench.json \
+        [--judge results/archive/session3/judge_fp32.json] --out results/package_vs_judge.md
 
 A row "reproduces" when every package run is within `--tolerance` (relative) of the table, or
 within the table's own spread (its interquartile range) plus the package run's; the summary

@@ -5,8 +5,8 @@ generation g's offspring; the table compares the measured fitness of the half it
 the whole generation and with the true best half.
 
     python3 experiments/scripts/surrogate_backtest.py \\
-        --run results/session4/rmsnorm_fwd_h200_run.json.gz results/session3/rmsnorm_fwd_h200_run.json.gz \\
-        --prior results/session2/rmsnorm_fwd_h200_run.json.gz --out results/surrogate_backtest.md
+        --run results/archive/session4/rmsnorm_fwd_h200_run.json.gz results/archive/session3/rmsnorm_fwd_h200_run.json.gz \\
+        --prior results/archive/session2/rmsnorm_fwd_h200_run.json.gz --out results/surrogate_backtest.md
 
 Each `--run` is backtested on its own; its history is the `--prior` runs plus the `--run`s listed
 after it (list newest first). Only a generation's verified offspring are ranked (a failed genome

@@ -7,6 +7,7 @@
     evo dispatch RUN [--out FILE.json] [--playoff FILE]   # per dtype and N range, the fastest verified genome
     evo report RUN --out DIR [--playoff FILE]   # report.md + figures
     evo export RUN --out DIR [--name PKG]     # the dispatch table as a standalone pip package
+    evo table RUN --out PREFIX [--playoff FILE]   # GPU: the dispatch table timed beside every baseline
     evo playoff RUN --out PREFIX [--margin F]  # GPU: near-tied genomes of each width judged again side by side
     evo ab RUN --out PREFIX --cases IDS --pairs A:B,...   # GPU: same-process A/B of genome pairs
 
@@ -103,6 +104,14 @@ def parser() -> argparse.ArgumentParser:
                     "dispatch table, for the package README")
     ex.add_argument("--force", action="store_true", help="replace a non-empty --out")
     ex.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with")
+    tb = sub.add_parser("table", help="GPU: the final table: the run's dispatch table verified and timed beside "
+                        "the family's baselines in one process (`evo export --bench PREFIX.json` takes it)")
+    _add_run_source(tb)
+    tb.add_argument("--out", required=True, help="output prefix: writes PREFIX.json and PREFIX.md")
+    tb.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with")
+    tb.add_argument("--baselines", default="", help="comma list (default: every baseline the family offers)")
+    tb.add_argument("--cases", default="", help="comma list of case ids of the matrix (default: all)")
+    tb.add_argument("--matrix", default=None, help="benchmark matrix (default: the run's benchmark.matrix)")
     po = sub.add_parser("playoff", help="GPU: judge again, side by side in one process, the genomes within a margin "
                         "of each dispatch width's recorded fastest (winners for dispatch/export --playoff)")
     _add_run_source(po)
@@ -195,7 +204,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
             return operators_study(args.recordings, args.out, seeds=args.seeds, children=args.children,
                                    max_distance=args.max_distance, rules=args.rules)
-        if args.command in ("playoff", "ab"):
+        if args.command in ("playoff", "ab", "table"):
             return _cmd_device_step(args, argv)
     except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -217,10 +226,15 @@ def _cmd_device_step(args, argv: Sequence[str] | None) -> int:
     width or pair. Bad input (a source that is not a run, a pair that is no genome) is one line."""
     from evo.ab import ABError, run_ab
     from evo.playoff import play
+    from evo.table import build_table
 
     command = " ".join(["evo", *(argv if argv is not None else sys.argv[1:])])
     try:
-        if args.command == "playoff":
+        if args.command == "table":
+            text = build_table(args.run, args.out, playoff=args.playoff,
+                               baselines=[b for b in args.baselines.split(",") if b] or None, matrix=args.matrix,
+                               cases=args.cases.split(","), run_id=args.run_id, command=command)
+        elif args.command == "playoff":
             text = play(args.run, args.out, margin=args.margin, limit=args.limit, repeats=args.repeats,
                         matrix=args.matrix, max_s=args.max_s, run_id=args.run_id, command=command)
         else:

@@ -119,7 +119,7 @@ def _fill(text: str, subs: Mapping[str, str], family: Any = None) -> str:
 
 
 def _find_bench(entries: Sequence[DispatchEntry], bench: str | Path | None) -> tuple[dict | None, Path | None]:
-    """The benchmark JSON (experiments/scripts/bench_rmsnorm.py) measured with this dispatch table:
+    """The final table's JSON (`evo table`, or experiments/scripts/bench_rmsnorm.py) measured with this dispatch table:
     the given file, else one in results/ whose every case's genome is the table's for its width."""
     candidates = [Path(bench)] if bench else sorted((REPO / "results").glob("*.json"))
     for path in candidates:
@@ -132,7 +132,7 @@ def _find_bench(entries: Sequence[DispatchEntry], bench: str | Path | None) -> t
         cases = data.get("cases") if isinstance(data, dict) else None
         if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) and "genome_key" in c for c in cases):
             if bench:
-                raise ExportError(f"--bench {path}: no 'cases' with genome_key (not a bench_rmsnorm.py result)")
+                raise ExportError(f"--bench {path}: no 'cases' with genome_key (not an `evo table` result)")
             continue
         match = all(any(e.covers(str(c.get("dtype")), int(c.get("N", 0))) and e.key == c["genome_key"]
                         for e in entries) for c in cases)

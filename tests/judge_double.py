@@ -1,5 +1,5 @@
 """A labelled test double of fitness.gpu_evaluator.GPUEvaluator for the end-to-end tests of the
-device scripts (playoff.py, ab_pairs.py): the real judge needs the GPU. It is no judge: it times
+device steps (evo playoff, evo ab, evo table): the real judge needs the GPU. It is no judge: it times
 each genome by a function the test gives, verifies nothing, and like the real one learns its device
 only from its first evaluation (a script that asks earlier writes "?")."""
 
@@ -17,8 +17,14 @@ def judge_double(time_of: Callable[[Mapping], float], prefetched: list | None = 
 
     class JudgeDouble:
         def __init__(self, family, space, **kw):
+            from types import SimpleNamespace
+
+            from fitness.family import load_family
+
             self.device = ""
             self.calls = 0
+            # what the table's case assignment reads: the family's benchmark cases of the matrix asked
+            self.settings = SimpleNamespace(bench_cases=load_family(family).benchmark_cases(kw.get("matrix", "default")))
 
         def __enter__(self):
             return self
@@ -35,11 +41,13 @@ def judge_double(time_of: Callable[[Mapping], float], prefetched: list | None = 
 
         def evaluate_cases(self, genomes, cases):
             (g,) = genomes
+            params = {c.id: c.params for c in self.settings.bench_cases}
             self.calls += 1
             self.device = "test double"
             t = time_of(g)
             return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=Status.OK,
-                               cases=tuple(CaseResult(case=c, time_us=t, baselines_us=dict(baselines_us or {}))
+                               cases=tuple(CaseResult(case=c, time_us=t, baselines_us=dict(baselines_us or {}),
+                                                      params=dict(params.get(c, {})))
                                            for c in cases))]
 
     return JudgeDouble

@@ -1,5 +1,10 @@
 """Final RMSNorm forward table: the dispatch table's genomes timed beside every baseline.
 
+The generic step is `evo table RUN --out PREFIX` (evo/table.py: any family, one pass beside the
+baselines asked). This lab script adds what is RMSNorm's own: QuACK's autotuned path in a second
+pass (its exhaustive autotune costs 23-29 s per shape), the faster QuACK path as the headline
+figure, QuACK's autotune cache, and the committed table's exact layout.
+
 Each distinct genome of the dispatch table goes through the full judge on the cases the table
 gives it (the check cases, then fresh-input verification of every one of its benchmark cases,
 then timing interleaved with torch, torch.compile, QuACK and Liger where they import, all in one
@@ -33,6 +38,9 @@ sys.path.insert(0, str(ROOT))
 #: timed in the same process; speedup_vs_copy = copy_us / evolved_us is the share of it reached
 BASELINES = ("torch", "torch_compile", "quack", "quack_tuned", "liger", "copy")
 
+# the dispatch genomes through the judge on the cases the table gives them: the product step `evo table`
+from evo.table import case_rows, time_dispatch  # noqa: E402,F401 - after the repo is on the path
+
 
 def versions() -> dict:
     out = {"python": platform.python_version()}
@@ -57,42 +65,6 @@ def geomean(vals):
     from fitness.objectives import geomean as _geomean
 
     return _geomean([v for v in vals if v])
-
-
-def time_dispatch(ev, entries, genomes, wanted: set[str], on_result=None) -> dict:
-    """Each genome of the table through the judge on the cases the table gives it (of `wanted`,
-    or all): genome key -> Evaluation. `on_result(key, evaluation)` after each genome, so that a
-    pass cut short by a time limit still leaves what it measured."""
-    from evo.dispatch import lookup
-
-    serves: dict[str, list[str]] = {}          # genome key -> the cases the table gives it
-    for c in ev.settings.bench_cases:
-        if wanted and c.id not in wanted:
-            continue
-        serves.setdefault(lookup(entries, c.params["dtype"], int(c.params["N"])).key, []).append(c.id)
-    results = {}
-    for key, g in genomes.items():
-        if key not in serves:
-            continue
-        (e,) = ev.evaluate_cases([g], serves[key])
-        print(f"{key}: {len(serves[key])} cases {e.status.value} {e.message[:200]}", flush=True)
-        results[key] = e
-        if on_result is not None:
-            on_result(key, e)
-    return results
-
-
-def case_rows(entries, results: dict) -> dict[str, dict]:
-    """case id -> {evolved_us, spread, tbps, baselines_us, ...} from the genome the table picks."""
-    from evo.dispatch import lookup
-
-    rows = {}
-    for key, e in results.items():
-        for cr in e.cases:
-            dt, n = cr.params["dtype"], int(cr.params["N"])
-            if lookup(entries, dt, n).key == key:
-                rows[cr.case] = {"key": key, "cr": cr}
-    return rows
 
 
 def quack_autotune_entries(cache_dir: str | None = None) -> int:

@@ -1,0 +1,165 @@
+"""The final table (`evo table`): a run's dispatch table timed beside the family's baselines.
+
+Each distinct genome of the dispatch table goes through the full GPU judge on the benchmark cases
+the table gives it (check cases, fresh-input verification of every one of them, then timing
+interleaved with the baselines, all in one process), so that every ratio in the table compares two
+times measured side by side. The files (PREFIX.json and PREFIX.md) are rewritten after every
+genome: a device call's time limit keeps what is done. `evo export --bench PREFIX.json` puts the
+table in the package's README.
+
+Family-agnostic: the cases, their parameters and the baselines are the family's (its benchmark
+matrix and `baselines()`); evo only assigns cases to dispatch entries (evo.dispatch.lookup) and
+computes ratios and geomeans (fitness.objectives.geomean).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evo.dispatch import DispatchEntry, build_dispatch, lookup
+from fitness.objectives import geomean
+
+
+class TableError(ValueError):
+    """A table that cannot be made as asked (one line saying why)."""
+
+
+def time_dispatch(ev: Any, entries: Sequence[DispatchEntry], genomes: Mapping[str, Any], wanted: set[str],
+                  on_result: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """Each genome of the table through the judge `ev` on the cases the table gives it (of `wanted`,
+    or all of the judge's benchmark cases): genome key -> Evaluation. `on_result(key, evaluation)`
+    after each genome, so that a pass cut short by a time limit still leaves what it measured."""
+    serves: dict[str, list[str]] = {}          # genome key -> the cases the table gives it
+    for c in ev.settings.bench_cases:
+        if wanted and c.id not in wanted:
+            continue
+        serves.setdefault(lookup(entries, c.params["dtype"], int(c.params["N"])).key, []).append(c.id)
+    results = {}
+    for key, g in genomes.items():
+        if key not in serves:
+            continue
+        (e,) = ev.evaluate_cases([g], serves[key])
+        print(f"{key}: {len(serves[key])} cases {e.status.value} {e.message[:200]}", flush=True)
+        results[key] = e
+        if on_result is not None:
+            on_result(key, e)
+    return results
+
+
+def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any]) -> dict[str, dict]:
+    """case id -> {"key": genome key, "cr": CaseResult} of the genome the table picks for the case."""
+    rows = {}
+    for key, e in results.items():
+        for cr in e.cases:
+            if lookup(entries, str(cr.params["dtype"]), int(cr.params["N"])).key == key:
+                rows[cr.case] = {"key": key, "cr": cr}
+    return rows
+
+
+def row(key: str, cr: Any) -> dict[str, Any]:
+    """One case of the table: the case's parameters, the dispatch genome's time, spread, TB/s and
+    errors, each baseline's time and the speedup over it (baseline us / evolved us)."""
+    out: dict[str, Any] = {"case": cr.case, **{k: v for k, v in cr.params.items()
+                                               if isinstance(v, (str, int, float, bool))},
+                           "status": cr.status.value, "genome_key": key, "evolved_us": cr.time_us,
+                           "evolved_spread_us": cr.spread_us, "evolved_tbps": cr.tbps}
+    for name, us in cr.baselines_us.items():
+        out[f"{name}_us"] = us
+        out[f"speedup_vs_{name}"] = us / cr.time_us if us and cr.time_us else None
+    out.update(max_abs_err=cr.max_abs_err, rel_l2_err=cr.rel_l2_err, notes=cr.message)
+    return out
+
+
+def summarize(summary: dict[str, Any]) -> dict[str, Any]:
+    """The geomean and the minimum speedup against each baseline timed (over the cases that have
+    one), and how many cases that is."""
+    for name in summary["baselines"]:
+        sp = [r[f"speedup_vs_{name}"] for r in summary["cases"] if r.get(f"speedup_vs_{name}")]
+        summary[f"geomean_speedup_vs_{name}"] = geomean(sp)
+        summary[f"min_speedup_vs_{name}"] = min(sp) if sp else None
+        summary[f"cases_vs_{name}"] = len(sp)
+    return summary
+
+
+def markdown(summary: Mapping[str, Any]) -> str:
+    def f(v: Any, fmt: str = "{:.1f}") -> str:
+        return fmt.format(v) if v else "-"
+
+    names = list(summary["baselines"])
+    lines = [f"# {summary['family']}: the dispatch table of run {summary['run_id']} on {summary['gpu']}", "",
+             f"Command: `{summary['command']}`", "",
+             "Each dispatch genome verified and timed on the cases the table gives it, beside every baseline, "
+             "interleaved in one process; vs X = X us / evolved us.", "",
+             "| case | genome | evolved us | TB/s | " + " | ".join(f"{n} us" for n in names) + " | "
+             + " | ".join(f"vs {n}" for n in names) + " |",
+             "|---|---|---:|---:|" + "---:|" * (2 * len(names))]
+    for r in summary["cases"]:
+        lines.append(f"| {r['case']} | `{r['genome_key'][:8]}` | {f(r['evolved_us'])} | {f(r['evolved_tbps'], '{:.2f}')} | "
+                     + " | ".join(f(r.get(f"{n}_us")) for n in names) + " | "
+                     + " | ".join(f(r.get(f"speedup_vs_{n}"), "{:.3f}") for n in names) + " |")
+    lines += ["", "| baseline | geomean speedup | min speedup | cases |", "|---|---:|---:|---:|"]
+    for n in names:
+        lines.append(f"| {n} | {f(summary.get(f'geomean_speedup_vs_{n}'), '{:.3f}')} | "
+                     f"{f(summary.get(f'min_speedup_vs_{n}'), '{:.3f}')} | {summary.get(f'cases_vs_{n}', '-')} |")
+    return "\n".join(lines) + "\n"
+
+
+def build_table(source: str, out: str, *, playoff: str | None = None, baselines: Sequence[str] | None = None,
+                matrix: str | None = None, cases: Sequence[str] = (), run_id: str | None = None,
+                command: str = "", timeout_s: float = 300.0) -> str:
+    """`evo table`: the dispatch table of `source` (a run directory, dump or store URL; with a
+    playoff file, its winners where it contested, as `evo dispatch/export --playoff`) timed through
+    the GPU judge beside `baselines` (default: every baseline the family offers) on the run's
+    benchmark matrix (or `matrix`; `cases`: only these case ids). Writes OUT.json and OUT.md after
+    every genome and returns the markdown."""
+    from evo.analysis import load_run
+    from evo.playoff import read_winners
+    from evo.progress import Progress
+    from genomes import load_space
+
+    frames = load_run(source, run_id=run_id)
+    family, config = frames.run["family"], frames.run["config"]
+    space = load_space(family, (config.get("experiment") or {}).get("space_version") or "")
+    matrix = matrix or (config.get("benchmark") or {}).get("matrix")
+    if not matrix:
+        raise TableError("the run names no benchmark matrix: pass --matrix")
+    baseline = frames.run["baseline"]
+    entries = build_dispatch(frames.records, baseline=baseline, winners=read_winners(playoff) if playoff else None)
+    if not entries:
+        raise TableError(f"run {frames.run['run_id']}: no verified evaluation with timed cases, no dispatch table")
+    genomes = {e.key: space.make(e.genome) for e in entries}
+    wanted = {c for c in cases if c}
+    from fitness import gpu_evaluator     # the GPU stack only when asked (and a test double can stand in)
+
+    t0 = time.time()
+    with gpu_evaluator.GPUEvaluator(family, space, matrix=matrix, baseline=baseline,
+                                    baselines=list(baselines) if baselines else None, timeout_s=timeout_s) as ev:
+        ids = {c.id for c in ev.settings.bench_cases}
+        if wanted - ids:
+            raise TableError(f"--cases: {sorted(wanted - ids)} are not cases of the matrix {matrix!r}")
+        results: dict[str, Any] = {}
+
+        def publish(final: bool) -> str:
+            rows = case_rows(entries, results)
+            names = list(dict.fromkeys(b for v in rows.values() for b in v["cr"].baselines_us))   # as timed
+            summary = summarize({"family": family, "run_id": frames.run["run_id"], "playoff": playoff,
+                                 "gpu": ev.describe().get("device") or "?", "command": command, "matrix": matrix,
+                                 "baselines": names, "cases_asked": sorted(wanted) or "all", "complete": final,
+                                 "seconds": round(time.time() - t0, 1),
+                                 "cases": [row(v["key"], v["cr"]) for _, v in sorted(rows.items())]})
+            Path(out + ".json").write_text(json.dumps(summary, indent=1, default=str))
+            text = markdown(summary)
+            Path(out + ".md").write_text(text)
+            return text
+
+        with Progress(len(genomes), "evo table", "genomes") as bar:
+            def took(key: str, e: Any) -> None:
+                results[key] = e
+                publish(final=False)
+                bar.advance()
+            time_dispatch(ev, entries, genomes, wanted, on_result=took)
+        return publish(final=True)

@@ -1,0 +1,56 @@
+"""`evo table`: the run's dispatch table through the judge beside the baselines, written after every
+genome. The judge runs only on the device: here a labelled test double (tests/judge_double.py)
+times every case of a genome alike, and the dispatch comes from the H200 recording."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evo.cli import main as evo
+from evo.dispatch import build_dispatch, lookup
+from evo.playoff import read_winners
+from fitness.records import Evaluation, read_json
+from tests.conftest import REPO
+
+RUN = REPO / "results" / "rmsnorm_fwd_h200_run.json"
+PLAYOFF = REPO / "results" / "playoff.json"
+
+
+@pytest.fixture
+def double(monkeypatch):
+    import fitness.gpu_evaluator
+
+    from tests.judge_double import judge_double
+
+    prefetched: list = []
+    monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator",
+                        judge_double(lambda g: 10.0, prefetched, baselines_us={"torch": 15.0, "quack": 10.5}))
+
+
+def test_the_table_times_each_dispatch_genome_on_the_cases_it_serves(double, tmp_path, capsys):
+    out = tmp_path / "table"
+    assert evo(["table", str(RUN), "--playoff", str(PLAYOFF), "--out", str(out)]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    entries = build_dispatch([Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]],
+                             winners=read_winners(PLAYOFF))
+    assert data["complete"] and data["gpu"] == "test double" and len(data["cases"]) == 33
+    for r in data["cases"]:       # each case timed with the genome the table gives its width
+        assert r["genome_key"] == lookup(entries, r["dtype"], r["N"]).key
+        assert r["speedup_vs_torch"] == pytest.approx(1.5) and r["speedup_vs_quack"] == pytest.approx(1.05)
+    assert data["baselines"] == ["torch", "quack"] and data["geomean_speedup_vs_torch"] == pytest.approx(1.5)
+    text = out.with_suffix(".md").read_text()
+    assert "| torch | 1.500 | 1.500 | 33 |" in text and "evo table" in text
+    assert "evo table: " in capsys.readouterr().err          # progress
+    # the file is what `evo export --bench` reads: every case names its genome of the table
+    from evo.export import _find_bench
+
+    found, path = _find_bench(entries, out.with_suffix(".json"))
+    assert found is not None and path == out.with_suffix(".json")
+
+
+def test_a_case_that_is_not_in_the_matrix_is_one_line(double, tmp_path, capsys):
+    assert evo(["table", str(RUN), "--cases", "bf16/1x1", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --cases: ['bf16/1x1'] are not cases of the matrix") and err.count("\n") == 1

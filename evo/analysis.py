@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from fitness.objectives import geomean
 from fitness.records import Evaluation, read_json
 from evo.store.base import Record, RunInfo
 
@@ -343,7 +344,7 @@ def _pair_row(gene: str, va: Any, vb: Any, a: str, b: str, sa: Mapping[str, floa
         return None
     best = max(ratios, key=ratios.get)
     return {"gene": gene, "value_a": va, "value_b": vb, "key_a": a, "key_b": b, "cases": len(ratios),
-            "ratio": math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios)),
+            "ratio": geomean(list(ratios.values())),
             "min_ratio": min(ratios.values()), "max_ratio": max(ratios.values()), "best_case": best}
 
 

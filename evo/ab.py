@@ -171,30 +171,22 @@ def run_ab(source: str, out: str, *, cases: Sequence[str], pairs: str = "", neig
     """`evo ab`: time the pairs of `source`'s genomes (a run directory, dump or store URL) on `cases`
     through the GPU judge, writing OUT.json and OUT.md after every pair (a device call's time limit
     keeps what is done); --max-s starts no new pair after that many seconds. Returns the markdown."""
-    from evo.analysis import load_run
+    from evo.analysis import run_to_judge
     from evo.progress import Progress
-    from genomes import load_space
 
     if repeats < 1:
         raise ABError("--repeats: at least 1")
     if not pairs and not neighbours:
         raise ABError("give --pairs A:B[,...] or --neighbours SPEC[,...] (or both)")
-    frames = load_run(source, run_id=run_id)
-    family, config = frames.run["family"], frames.run["config"]
-    space = load_space(family, (config.get("experiment") or {}).get("space_version") or "")
-    matrix = matrix or (config.get("benchmark") or {}).get("matrix")
-    if not matrix:
-        raise ABError("the run names no benchmark matrix: pass --matrix")
-    baseline = frames.run["baseline"]
-    genomes = {r.key: r.evaluation.genome for r in frames.records}
+    run = run_to_judge(source, run_id=run_id, matrix=matrix)
+    space, baseline = run.space, run.baseline
+    genomes = {r.key: r.evaluation.genome for r in run.frames.records}
     asked = (parse_pairs(pairs) if pairs else []) + (neighbour_pairs(neighbours, genomes, space) if neighbours else [])
     timed = []
     for a, b in asked:
         (na, ga), (nb, gb) = parse_genome(a, genomes, space), parse_genome(b, genomes, space)
         timed.append((na, ga, nb, gb))
     case_ids = [c for c in cases if c]
-    from fitness import gpu_evaluator     # the GPU stack only when asked (and a test double can stand in)
-
     t0 = time.time()
 
     def write(rows: list[dict], device: str) -> str:
@@ -205,8 +197,7 @@ def run_ab(source: str, out: str, *, cases: Sequence[str], pairs: str = "", neig
         return text
 
     rows: list[dict] = []
-    with gpu_evaluator.GPUEvaluator(family, space, matrix=matrix, baseline=baseline, baselines=[baseline],
-                                    timeout_s=timeout_s) as ev, Progress(len(timed), "evo ab", "pairs") as bar:
+    with run.judge([baseline], timeout_s) as ev, Progress(len(timed), "evo ab", "pairs") as bar:
         ev.prefetch(list({g.key: g for p in timed for g in (p[1], p[3])}.values()))   # compiled in parallel, up front
         for done, pair in enumerate(timed):
             if max_s and time.time() - t0 > max_s:

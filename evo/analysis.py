@@ -426,3 +426,38 @@ def copy_ceiling(frames: RunFrames, default: float = 4.27) -> float:
         return float(best["copy_ceiling_tbps"])
     known = ev["copy_ceiling_tbps"].dropna()
     return float(known.iloc[0]) if len(known) else float(default)
+
+
+@dataclass(frozen=True)
+class RunToJudge:
+    """A recorded run to judge again on the GPU (`evo table`, `evo playoff`, `evo ab`): its frames,
+    family, gene space (the version it ran with), benchmark matrix and baseline."""
+    frames: RunFrames
+    family: str
+    space: Any
+    matrix: str
+    baseline: str
+
+    def judge(self, baselines: Sequence[str] | None = None, timeout_s: float = 300.0) -> Any:
+        """The GPU judge for this run (fitness.gpu_evaluator.GPUEvaluator, imported only now; a test
+        double can stand in): the run's family, space, matrix and baseline, with `baselines` timed
+        beside it (None: every baseline the family offers)."""
+        from fitness import gpu_evaluator
+
+        return gpu_evaluator.GPUEvaluator(self.family, self.space, matrix=self.matrix, baseline=self.baseline,
+                                          baselines=list(baselines) if baselines is not None else None,
+                                          timeout_s=timeout_s)
+
+
+def run_to_judge(source: str | Path, run_id: str | None = None, matrix: str | None = None) -> RunToJudge:
+    """load_run, with what judging it again needs; ValueError for a source that is not a run or a run
+    that names no benchmark matrix (and no `matrix` is given)."""
+    from genomes import load_space
+
+    frames = load_run(source, run_id=run_id)
+    family, config = frames.run["family"], frames.run["config"]
+    space = load_space(family, (config.get("experiment") or {}).get("space_version") or "")
+    matrix = matrix or (config.get("benchmark") or {}).get("matrix")
+    if not matrix:
+        raise ValueError("the run names no benchmark matrix: pass --matrix")
+    return RunToJudge(frames, family, space, matrix, frames.run["baseline"])

@@ -111,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
     tb.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with")
     tb.add_argument("--baselines", default="", help="comma list (default: every baseline the family offers)")
     tb.add_argument("--cases", default="", help="comma list of case ids of the matrix (default: all)")
-    tb.add_argument("--matrix", default=None, help="benchmark matrix (default: the run's benchmark.matrix)")
+    _add_device_args(tb, "genome")
     po = sub.add_parser("playoff", help="GPU: judge again, side by side in one process, the genomes within a margin "
                         "of each dispatch width's recorded fastest (winners for dispatch/export --playoff)")
     _add_run_source(po)
@@ -233,7 +233,7 @@ def _cmd_device_step(args, argv: Sequence[str] | None) -> int:
         if args.command == "table":
             text = build_table(args.run, args.out, playoff=args.playoff,
                                baselines=[b for b in args.baselines.split(",") if b] or None, matrix=args.matrix,
-                               cases=args.cases.split(","), run_id=args.run_id, command=command)
+                               cases=args.cases.split(","), run_id=args.run_id, command=command, max_s=args.max_s)
         elif args.command == "playoff":
             text = play(args.run, args.out, margin=args.margin, limit=args.limit, repeats=args.repeats,
                         matrix=args.matrix, max_s=args.max_s, run_id=args.run_id, command=command)

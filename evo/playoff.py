@@ -179,22 +179,15 @@ def play(source: str, out: str, *, margin: float = 0.02, limit: int = 3, repeats
     --playoff` read it) and OUT.md after every width, so a call killed by its time limit keeps the
     widths done; --max-s starts no new width after that many seconds (the rest keep the run's
     winner). Returns the markdown."""
-    from evo.analysis import load_run
+    from evo.analysis import run_to_judge
     from evo.progress import Progress
-    from genomes import load_space
 
-    frames = load_run(source, run_id=run_id)
-    family, config = frames.run["family"], frames.run["config"]
-    space = load_space(family, (config.get("experiment") or {}).get("space_version") or "")
-    matrix = matrix or (config.get("benchmark") or {}).get("matrix")
-    if not matrix:
-        raise ValueError("the run names no benchmark matrix: pass --matrix")
+    run = run_to_judge(source, run_id=run_id, matrix=matrix)
+    frames, space = run.frames, run.space
     evaluations = [r.evaluation for r in frames.records]
     contests = contenders(evaluations, margin=margin, limit=limit)
     genomes = {e.key: space.make(e.genome) for e in evaluations}
     print(f"{len(contests)} contested widths, {sum(len(c.contenders) for c in contests)} contenders", flush=True)
-    from fitness import gpu_evaluator     # the GPU stack only when asked (and a test double can stand in)
-
     t0 = time.time()
     results: list[ContestResult] = []
 
@@ -207,10 +200,7 @@ def play(source: str, out: str, *, margin: float = 0.02, limit: int = 3, repeats
         Path(out + ".md").write_text(text)
         return text
 
-    baseline = frames.run["baseline"]
-    with gpu_evaluator.GPUEvaluator(family, space, matrix=matrix, baseline=baseline, baselines=[baseline],
-                                    timeout_s=timeout_s) as judge, \
-            Progress(len(contests), "evo playoff", "widths") as bar:
+    with run.judge([run.baseline], timeout_s) as judge, Progress(len(contests), "evo playoff", "widths") as bar:
         # every contender compiled up front, in parallel (carried seeds were never compiled on this machine)
         judge.prefetch(list({k: genomes[k] for c in contests for k in c.contenders}.values()))
         for contest in contests:

@@ -29,10 +29,12 @@ class TableError(ValueError):
 
 
 def time_dispatch(ev: Any, entries: Sequence[DispatchEntry], genomes: Mapping[str, Any], wanted: set[str],
-                  on_result: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+                  on_result: Callable[[str, Any], None] | None = None, max_s: float = 0.0) -> dict[str, Any]:
     """Each genome of the table through the judge `ev` on the cases the table gives it (of `wanted`,
     or all of the judge's benchmark cases): genome key -> Evaluation. `on_result(key, evaluation)`
-    after each genome, so that a pass cut short by a time limit still leaves what it measured."""
+    after each genome, so that a pass cut short by a time limit still leaves what it measured;
+    `max_s` > 0: no genome is started after that many seconds."""
+    t0 = time.time()
     serves: dict[str, list[str]] = {}          # genome key -> the cases the table gives it
     for c in ev.settings.bench_cases:
         if wanted and c.id not in wanted:
@@ -42,6 +44,9 @@ def time_dispatch(ev: Any, entries: Sequence[DispatchEntry], genomes: Mapping[st
     for key, g in genomes.items():
         if key not in serves:
             continue
+        if max_s and time.time() - t0 > max_s:
+            print(f"--max-s {max_s:.0f} reached: the cases of genome {key} and those after it are not timed")
+            break
         (e,) = ev.evaluate_cases([g], serves[key])
         print(f"{key}: {len(serves[key])} cases {e.status.value} {e.message[:200]}", flush=True)
         results[key] = e
@@ -110,34 +115,25 @@ def markdown(summary: Mapping[str, Any]) -> str:
 
 def build_table(source: str, out: str, *, playoff: str | None = None, baselines: Sequence[str] | None = None,
                 matrix: str | None = None, cases: Sequence[str] = (), run_id: str | None = None,
-                command: str = "", timeout_s: float = 300.0) -> str:
+                command: str = "", timeout_s: float = 300.0, max_s: float = 0.0) -> str:
     """`evo table`: the dispatch table of `source` (a run directory, dump or store URL; with a
     playoff file, its winners where it contested, as `evo dispatch/export --playoff`) timed through
     the GPU judge beside `baselines` (default: every baseline the family offers) on the run's
     benchmark matrix (or `matrix`; `cases`: only these case ids). Writes OUT.json and OUT.md after
     every genome and returns the markdown."""
-    from evo.analysis import load_run
+    from evo.analysis import run_to_judge
     from evo.playoff import read_winners
     from evo.progress import Progress
-    from genomes import load_space
 
-    frames = load_run(source, run_id=run_id)
-    family, config = frames.run["family"], frames.run["config"]
-    space = load_space(family, (config.get("experiment") or {}).get("space_version") or "")
-    matrix = matrix or (config.get("benchmark") or {}).get("matrix")
-    if not matrix:
-        raise TableError("the run names no benchmark matrix: pass --matrix")
-    baseline = frames.run["baseline"]
-    entries = build_dispatch(frames.records, baseline=baseline, winners=read_winners(playoff) if playoff else None)
+    run = run_to_judge(source, run_id=run_id, matrix=matrix)
+    frames, space, family, matrix = run.frames, run.space, run.family, run.matrix
+    entries = build_dispatch(frames.records, baseline=run.baseline, winners=read_winners(playoff) if playoff else None)
     if not entries:
         raise TableError(f"run {frames.run['run_id']}: no verified evaluation with timed cases, no dispatch table")
     genomes = {e.key: space.make(e.genome) for e in entries}
     wanted = {c for c in cases if c}
-    from fitness import gpu_evaluator     # the GPU stack only when asked (and a test double can stand in)
-
     t0 = time.time()
-    with gpu_evaluator.GPUEvaluator(family, space, matrix=matrix, baseline=baseline,
-                                    baselines=list(baselines) if baselines else None, timeout_s=timeout_s) as ev:
+    with run.judge(baselines or None, timeout_s) as ev:
         ids = {c.id for c in ev.settings.bench_cases}
         if wanted - ids:
             raise TableError(f"--cases: {sorted(wanted - ids)} are not cases of the matrix {matrix!r}")
@@ -161,5 +157,5 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
                 results[key] = e
                 publish(final=False)
                 bar.advance()
-            time_dispatch(ev, entries, genomes, wanted, on_result=took)
+            time_dispatch(ev, entries, genomes, wanted, on_result=took, max_s=max_s)
         return publish(final=True)

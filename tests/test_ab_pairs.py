@@ -1,10 +1,9 @@
-"""evo ab (evo/ab.py; experiments/scripts/ab_pairs.py is its lab wrapper): same-process A/B of genome pairs. The judge itself runs only on
+"""evo ab (evo/ab.py): same-process A/B of genome pairs. The judge itself runs only on
 the device; here its evaluate_cases is replaced by a test double that returns scripted times, to
 check the pairing, the alternating order, the ratios and the errors for bad specs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -16,9 +15,6 @@ import evo.ab as ab_pairs
 from evo.ab import ABError
 from evo.cli import main as evo
 
-spec = importlib.util.spec_from_file_location("ab_pairs_script", REPO / "experiments" / "scripts" / "ab_pairs.py")
-script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(script)
 RUN = REPO / "results" / "rmsnorm_fwd_h200_run.json"
 
 
@@ -135,8 +131,8 @@ def test_main_writes_after_every_pair_and_max_s_keeps_what_is_done(monkeypatch, 
     monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", JudgeDouble)
     out = tmp_path / "ab"
     pairs = "ed8f41a1:ed8f41a1+lean_groups=true,ed8f41a1:ed8f41a1+chunks=4+lean_groups=true,ed8f41a1:ed8f41a1+unroll=1"
-    assert script.main(["--run", str(RUN), "--pairs", pairs, "--cases", "bf16/32768x256", "--repeats", "2",
-                        "--out", str(out)]) == 0          # the lab wrapper is `evo ab`
+    assert evo(["ab", str(RUN), "--pairs", pairs, "--cases", "bf16/32768x256", "--repeats", "2",
+                "--out", str(out)]) == 0
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["device"] == "test double" and data["pairs_asked"] == 3 and len(data["rows"]) == 3
     assert [r["median_ratio"] for r in data["rows"]] == pytest.approx([0.98, 0.98, 1.0])

@@ -150,12 +150,10 @@ def test_evo_dispatch_and_export_take_a_playoff_file(evaluations, tmp_path):
     assert bad.returncode != 0 and "not a dispatch playoff file" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_path):
-    """`evo playoff` (and experiments/scripts/playoff.py, its lab wrapper) end to end with the judge replaced by a labelled test double
+def test_evo_playoff_writes_the_evidence_and_the_winners(monkeypatch, tmp_path):
+    """`evo playoff` end to end with the judge replaced by a labelled test double
     (the real one needs the GPU): every contested width judged, the file readable by
     winners_from_dict, --max-s keeping the run's winner on the widths it did not reach."""
-    import importlib.util
-
     import fitness.gpu_evaluator
 
     from tests.judge_double import judge_double
@@ -164,11 +162,10 @@ def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_
     # stable and different per genome: the fastest contender is the one with the smallest key prefix
     JudgeDouble = judge_double(lambda g: 10.0 + int(g.key[:4], 16) / 65536, prefetched)
     monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", JudgeDouble)
-    spec = importlib.util.spec_from_file_location("playoff_script", REPO / "experiments" / "scripts" / "playoff.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from evo.cli import main as evo_cli
+
     out = tmp_path / "p"
-    assert script.main(["--run", str(RUN), "--margin", "0.01", "--repeats", "2", "--out", str(out)]) == 0
+    assert evo_cli(["playoff", str(RUN), "--margin", "0.01", "--repeats", "2", "--out", str(out)]) == 0
     data = read_json(out.with_suffix(".json"))
     assert data["kind"] == "dispatch-playoff" and data["device"] == "test double" and data["repeats"] == 2
     winners = winners_from_dict(data)
@@ -181,7 +178,6 @@ def test_the_device_script_writes_the_evidence_and_the_winners(monkeypatch, tmp_
     evs = [Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]]
     build_dispatch(evs, winners=winners)                        # the run accepts every winner
     import evo.playoff
-    from evo.cli import main as evo_cli
 
     monkeypatch.setattr(evo.playoff.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call
     assert evo_cli(["playoff", str(RUN), "--margin", "0.01", "--max-s", "150", "--out", str(out)]) == 0

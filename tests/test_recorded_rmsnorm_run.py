@@ -91,7 +91,7 @@ def test_seeds_were_carried_and_the_rest_drawn_from_register_kernels_of_many_war
 
 def test_dispatch_table_is_rebuilt_from_the_recording(recording):
     """From the run alone, or, where the table names the playoff it was chosen with
-    (experiments/scripts/playoff.py), from the run and that playoff (committed as results/playoff.json)."""
+    (`evo playoff`), from the run and that playoff (committed as results/playoff.json)."""
     from evo.playoff import winners_from_dict
 
     evs = [Evaluation.from_dict(e) for e in recording["evaluations"]]

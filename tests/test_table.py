@@ -54,3 +54,13 @@ def test_a_case_that_is_not_in_the_matrix_is_one_line(double, tmp_path, capsys):
     assert evo(["table", str(RUN), "--cases", "bf16/1x1", "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --cases: ['bf16/1x1'] are not cases of the matrix") and err.count("\n") == 1
+
+
+def test_max_s_keeps_the_genomes_timed_before_the_limit(double, monkeypatch, tmp_path):
+    from evo import table as table_module
+
+    monkeypatch.setattr(table_module.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call
+    out = tmp_path / "t"
+    assert evo(["table", str(RUN), "--max-s", "350", "--out", str(out)]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["complete"] and 0 < len({r["genome_key"] for r in data["cases"]}) < 19

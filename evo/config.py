@@ -166,6 +166,13 @@ class EvaluatorSection:
                                     "competes on the cases it runs (specialists for a dispatch table)")
     hopeless_group: str = _f("", doc="hopeless_below: a case parameter (e.g. 'dtype') whose groups are probed "
                                      "separately; a candidate is cut only if hopeless in every group")
+    reps: int = _f(50, min=5, doc="timed launches per case and implementation (median and spread recorded)")
+    warmup: int = _f(5, min=1, doc="warm-up rounds before timing (fewer when a round is long)")
+    baseline_reps: int = _f(0, min=0, doc="timed launches of each baseline per case and job, spread over the "
+                                          "candidate's rounds (0: as many as reps); always on the job's own inputs")
+    max_case_seconds: float = _f(10.0, min=0.01, doc="a single launch longer than this is a TIMEOUT")
+    flush_l2: bool = _f(True, doc="flush the L2 before every timed launch")
+    rotate_inputs: bool = _f(True, doc="rotate several input sets when a case fits in L2")
 
 
 @dataclass(frozen=True)

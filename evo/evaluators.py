@@ -200,9 +200,12 @@ def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:
     # During a search only the objective's baseline is timed beside each candidate (it is what the
     # fitness is measured against); final result tables time every baseline.
 
+    from fitness.jobs import TimingConfig
+    timing = TimingConfig(reps=ev.reps, warmup=ev.warmup, flush_l2=ev.flush_l2, rotate_inputs=ev.rotate_inputs,
+                          max_case_seconds=ev.max_case_seconds, baseline_reps=ev.baseline_reps or None)
     return GPUEvaluator(cfg.experiment.family, space, matrix=cfg.benchmark.matrix, check=cfg.benchmark.check,
                         baseline=cfg.objective.baseline, baselines=[cfg.objective.baseline],
-                        metric=cfg.objective.metric,
+                        metric=cfg.objective.metric, timing=timing,
                         workers=ev.workers or None, timeout_s=ev.timeout_s, cache_dir=ev.cache_dir,
                         arch=cfg.target.arch, seed=cfg.experiment.seed,
                         hopeless_below=ev.hopeless_below or None, hopeless_cases=ev.hopeless_cases,

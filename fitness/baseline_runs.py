@@ -1,8 +1,9 @@
 """The baselines of one case, for one BENCH job: prepared on each input set, trial-run, checked.
 
 Baselines are timed on the job's own fresh inputs, so their outputs are checked against the
-float64 reference in every job (the first, untimed call on each input set), not once per case
-for the life of a worker. A prepared callable is bound to the input buffers of its set and kept
+float64 reference in every job (their last timed result on the first input set, against the
+reference the candidate's last launch there is judged by), not once per case for the life of a
+worker. A prepared callable is bound to the input buffers of its set and kept
 while those buffers are; what cannot change between jobs (not importable, does not support the
 case) is remembered.
 """
@@ -10,7 +11,7 @@ case) is remembered.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from fitness import dtypes, verify
 from fitness.cuda_backend import STICKY_CUDA_ERRORS
@@ -53,11 +54,11 @@ def check_result(xp: Any, fn: Any, result: Any, refs: Mapping[str, Any] | None, 
 
 
 def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mapping[str, Any]],
-            names: Sequence[str], cache: BaselineCache, refs_of: Callable[[int], Mapping[str, Any] | None],
-            tols: Mapping[str, Any], outs: Mapping[str, BufferSpec]) -> tuple[list[str], dict[str, str]]:
+            names: Sequence[str], cache: BaselineCache) -> tuple[list[str], dict[str, str]]:
     """(the names that can be timed, notes per name). Each usable baseline has run once on every
-    input set of this job (compiles, warms up) and its result was checked against that set's
-    reference. A CUDA error that spoils the context is raised (the worker must go)."""
+    input set of this job (compiles, warms up); its timed results are checked later (`check_result`
+    on the last result on set 0, against the reference the candidate is judged by). A CUDA error
+    that spoils the context is raised (the worker must go)."""
     offered = {b.name: b for b in family.baselines()}
     usable: list[str] = []
     notes: dict[str, str] = {}
@@ -73,7 +74,6 @@ def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mappi
             if not b.available():
                 cache.lasting[name] = notes[name] = "not importable here"
                 continue
-            found = ""
             for s, dev in enumerate(sets):
                 fn = cache.runs.get((name, s))
                 if fn is None:
@@ -84,10 +84,7 @@ def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mappi
                     cache.runs[(name, s)] = fn
                 result = fn()                               # trial run: compiles, warms up, may raise
                 backend.synchronize(600.0)
-                found = check_result(backend.xp, fn, result, refs_of(s), tols, outs, name) or found
                 del result
-            if found:
-                notes[name] = found
             usable.append(name)
         except LookupError:
             continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
 import traceback
 import zlib
@@ -30,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fitness import objectives as obj
 from fitness.family import Case, KernelFamily, Launch
-from fitness.jobs import BENCH, CHECK, Job, JobResult, TimingConfig
+from fitness.jobs import BENCH, CHECK, JUDGE_PROTOCOL, VERIFY, Job, JobResult, TimingConfig
 from fitness.records import CaseResult, Evaluation, Status
 from fitness.sass import instructions
 from fitness.toolchain import ToolchainError
@@ -82,6 +83,9 @@ class Settings:
     # specialist (e.g. rows staged in shared memory, which must fit) can win the cases it runs
     unsupported_speedup: float | None = None
     suspect_slack: float = 1.02
+    # drawn at run time (GPUEvaluator): mixed into every verification seed, so no candidate can
+    # know its inputs from the run's config; recorded with each evaluation
+    nonce: int = 0
     toolkit: str = ""
     device: str = ""                         # used for candidates that never reached a GPU
 
@@ -151,9 +155,10 @@ def first_error(log: str) -> str:
     return lines[-1] if lines else "no compiler output"
 
 
-def derive_seed(seed: int, key: str, stage: str) -> int:
-    """A reproducible per-genome, per-stage seed for the worker's fresh inputs."""
-    return zlib.crc32(f"{seed}/{key}/{stage}".encode())
+def derive_seed(seed: int, key: str, stage: str, nonce: int = 0) -> int:
+    """A per-genome, per-stage seed for the worker's fresh inputs (reproducible given the run's
+    seed and its run-time nonce)."""
+    return zlib.crc32(f"{seed}/{key}/{stage}".encode()) ^ (int(nonce) & 0xFFFFFFFFFFFF) << 32
 
 
 def sass_summary(sass: str | None) -> dict[str, int]:
@@ -235,7 +240,15 @@ def stage0_compile(genomes: Sequence[Genome], settings: Settings, compiler: Any,
     todo: list[Candidate] = []
     for c in cands:
         g = c.genome
-        if space is not None:
+        raw_problems = getattr(g, "problems", None)
+        if callable(raw_problems):                # a raw-source candidate (fitness.raw.RawSource)
+            c.artifacts["raw_source"] = g.source
+            c.artifacts["raw_launch"] = to_json(g.launch.to_dict())
+            problems = raw_problems()
+            if problems:
+                c.stop(Status.INVALID, "INVALID: " + one_line("; ".join(problems)))
+                continue
+        elif space is not None:
             if g.space != space.name:
                 c.stop(Status.INVALID, f"INVALID: genome of space {g.space!r}, evaluator judges {space.name!r}")
                 continue
@@ -320,10 +333,15 @@ def build_job(c: Candidate, stage: str, cases: Sequence[Case], settings: Setting
                                           message=why))
     if len(unsupported) == len(cases):
         return None, unsupported
+    seed = derive_seed(settings.seed, c.genome.key, stage + part, settings.nonce)
+    timing_seed = secrets.randbits(63) if stage == BENCH else 0
     job = Job(job_id=f"{c.genome.key}-{stage}{part}", key=c.genome.key, stage=stage,
               family=settings.family_name, family_root=settings.family_root, cubin=c.cubin or b"",
-              cases=tuple(cases), launches=launches, seed=derive_seed(settings.seed, c.genome.key, stage),
+              cases=tuple(cases), launches=launches, seed=seed, timing_seed=timing_seed,
               timing=settings.timing)
+    seeds = json.loads(c.artifacts.get("input_seeds", "{}"))
+    seeds[f"{stage}{part}"] = {"verify": seed, **({"timing": timing_seed} if timing_seed else {})}
+    c.artifacts["input_seeds"] = json.dumps(seeds, sort_keys=True)
     return job, unsupported
 
 
@@ -410,13 +428,18 @@ def stage1_check(cands: Sequence[Candidate], settings: Settings, pool: Any) -> l
     for (c, job, unsupported), result in zip(batch, results):
         account(c, CHECK, result)
         cases = merge_cases(job, result, unsupported)
-        status = job_status(result, cases)
+        # a check case the genome cannot launch (launch() returns None) is one it will never be
+        # served on: it does not count; every case it can launch must pass
+        status = job_status(result, cases, skip_unsupported=True)
         if status is not Status.OK:
             c.artifacts["check_message"] = clip(result.message)
             c.stop(status, _failure_message(CHECK, status, result, cases), cases)
             continue
         c.artifacts["check"] = to_json({cr.case: {"max_abs_err": cr.max_abs_err, "rel_l2_err": cr.rel_l2_err}
-                                        for cr in cases})
+                                        for cr in cases if not is_unsupported(cr)})
+        skipped = [cr.case for cr in cases if is_unsupported(cr)]
+        if skipped:
+            c.artifacts["check_unsupported"] = to_json(skipped)
     return list(cands)
 
 
@@ -502,17 +525,46 @@ def stage2_bench(cands: Sequence[Candidate], settings: Settings, pool: Any) -> l
         return list(cands)
     probe, rest = probe_split(cases, settings.bytes_moved, k, settings.hopeless_group)
     bench_round(live, probe, settings, pool, part="-probe")
-    go_on = []
+    go_on, cut = [], []
     for c in live:
         if not c.alive:
             continue
         why = hopeless_verdict(c.cases, settings.baseline, settings.hopeless_below, settings.hopeless_group)
         if why:
-            c.truncated = f"hopeless: {why}; {len(rest)} of {len(cases)} cases not run"
+            c.truncated = f"hopeless: {why}; {len(rest)} of {len(cases)} cases verified, not timed"
+            cut.append(c)
         else:
             go_on.append(c)
     bench_round(go_on, rest, settings, pool, part="-rest")
+    verify_round(cut, rest, settings, pool)
     return list(cands)
+
+
+def verify_round(cands: Sequence[Candidate], cases: Sequence[Case], settings: Settings, pool: Any) -> None:
+    """Verify (no timing) the cases a hopeless cut leaves untimed: a record that says OK must
+    have every case it could be served on checked, so a kernel wrong only where it was not timed
+    comes out WRONG_RESULT, not OK-and-truncated."""
+    batch: list[tuple[Candidate, Job, list[CaseResult]]] = []
+    for c in cands:
+        if not c.alive or not cases:
+            continue
+        job, unsupported = build_job(c, VERIFY, cases, settings, "-rest")
+        if job is None:
+            continue
+        batch.append((c, job, unsupported))
+    results = run_jobs(pool, settings, [j for _, j, _ in batch])
+    allowed = settings.unsupported_speedup is not None
+    for (c, job, unsupported), result in zip(batch, results):
+        account(c, VERIFY, result)
+        cases_out = merge_cases(job, result, unsupported)
+        status = job_status(result, cases_out, skip_unsupported=allowed)
+        if status is not Status.OK:
+            c.artifacts["verify_message"] = clip(result.message)
+            c.cases.extend(cases_out)
+            c.stop(status, _failure_message(VERIFY, status, result, cases_out))
+            continue
+        c.artifacts["verified_untimed"] = to_json({cr.case: {"max_abs_err": cr.max_abs_err, "rel_l2_err": cr.rel_l2_err}
+                                                   for cr in cases_out if cr.status is Status.OK})
 
 
 # --------------------------------------------------------------------------------------------
@@ -561,6 +613,7 @@ def finalize(c: Candidate, settings: Settings) -> Evaluation:
     artifacts["stage_seconds"] = to_json({k: round(v, 6) for k, v in c.stage_seconds.items()})
     artifacts["gpu_seconds"] = repr(round(c.gpu_seconds, 6))
     artifacts["stage"] = c.stage
+    artifacts["judge_protocol"] = str(JUDGE_PROTOCOL)
     if c.copy_ceiling_tbps:
         artifacts["copy_ceiling_tbps"] = repr(c.copy_ceiling_tbps)
     if c.truncated:

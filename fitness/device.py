@@ -495,17 +495,20 @@ class DeviceRunner:
             for g in bufs.values():
                 g.poison()
 
-        def refs_of(s: int) -> Mapping[str, Any] | None:
-            full, _ = self._references(family, case, sources[s], rng)
-            return full
-
         names, notes = baseline_runs.prepare(self.backend, family, case, tb.sets, list(timing.baselines),
-                                             tb.baselines, refs_of, tols, outs)
+                                             tb.baselines)
         nondet = set(getattr(family, "nondeterministic_outputs", lambda c: ())(case) or ())
         deterministic = [n for n in outs if n not in nondet]
 
-        def judge(s: int) -> str | None:
-            problem, _, _ = self._judge(family, case, sources[s], tb.out_sets[s], tols, rng)
+        def judge(s: int, baseline_results: Mapping[str, Any] | None) -> str | None:
+            refs, sampled = self._references(family, case, sources[s], rng)
+            problem, _, _ = judge_outputs(tb.out_sets[s], refs or {}, tols, sampled=sampled)
+            for name, result in (baseline_results or {}).items():
+                note = baseline_runs.check_result(self.xp, tb.baselines.runs[(name, 0)], result, refs, tols,
+                                                  outs, name)
+                if note:
+                    notes[name] = note
+            del refs, sampled
             return problem
 
         outcome = time_case(self.backend, kernel=kernel, launch=launch, args=args, out_sets=tb.out_sets,

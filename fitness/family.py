@@ -93,6 +93,12 @@ class KernelFamily(abc.ABC):
 
     name: str = ""
     space_name: str = ""                # the gene space in genomes/ (usually == name)
+    #: make_inputs(..., xp=cupy) and reference(device arrays) work, so the judge makes and checks
+    #: large cases on the device
+    supports_device_arrays: bool = False
+    #: input distributions (make_inputs' `distribution`): every candidate is verified and timed on
+    #: each; the first is the typical one, the second adversarial magnitudes
+    distributions: tuple[str, ...] = ("normal", "wide")
 
     # -- the operation ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -126,6 +132,19 @@ class KernelFamily(abc.ABC):
 
     def flops(self, case: Case) -> int:
         return 0
+
+    def reference_sample(self, case: Case, inputs: Mapping[str, Any],
+                         rng: np.random.Generator) -> dict[str, tuple[Any, Any]] | None:
+        """For a case too large for a full float64 reference (e.g. a CHECK case of more than
+        2**31 elements): per output, (flat indices, their float64 reference), on the inputs'
+        device. The judge then checks every element written and finite and the sample within
+        tolerance. None (the default): the full reference is used."""
+        return None
+
+    def nondeterministic_outputs(self, case: Case) -> Sequence[str]:
+        """Outputs that may differ bit for bit between launches on the same inputs (e.g. reduced
+        with atomics). Every other output must be identical on every timed launch."""
+        return ()
 
     # -- the kernels -----------------------------------------------------------------------
     @abc.abstractmethod

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import secrets
 import sys
 import time
 from dataclasses import replace
@@ -41,7 +42,7 @@ from fitness import objectives as obj
 from fitness.cascade import Settings, is_unsupported, run_cascade
 from fitness.evaluator import Evaluator
 from fitness.family import KERNELS_DIR, KernelFamily, load_family
-from fitness.jobs import TimingConfig
+from fitness.jobs import JUDGE_PROTOCOL, TimingConfig
 from fitness.records import Evaluation, Status
 from fitness.workers import DEFAULT_RUNNER, WorkerPool, plan_devices
 from genomes import GeneSpace, Genome
@@ -127,7 +128,7 @@ class GPUEvaluator(Evaluator):
             baseline=baseline, baselines=tuple(names), timing=timing, check=check, seed=seed,
             timeout_s=self.timeout_s, bench_case_timeout_s=bench_case_timeout_s,
             hopeless_below=hopeless_below, hopeless_cases=hopeless_cases, hopeless_group=hopeless_group or None,
-            unsupported_speedup=unsupported_speedup)
+            unsupported_speedup=unsupported_speedup, nonce=secrets.randbits(32))
         n_workers = pool.size if pool is not None else len(plan_devices(workers))
         self.batch_size = max(1, n_workers) * WORKER_BATCH
 
@@ -209,7 +210,25 @@ class GPUEvaluator(Evaluator):
         subset = tuple(c for c in self.settings.bench_cases if c.id in wanted)
         return self._evaluate(genomes, replace(self.settings, bench_cases=subset))
 
-    def _evaluate(self, genomes: Sequence[Genome], base: Settings) -> list[Evaluation]:
+    def evaluate_raw(self, raws: Sequence[Any], case_ids: Sequence[str] | None = None) -> list[Evaluation]:
+        """Judge raw-source candidates (fitness.raw.RawSource: CUDA source + launch description)
+        exactly as genomes are judged: include/flag allowlists, compile, static checks (device
+        state, resource and promise checks), CHECK, BENCH, against this evaluator's family's
+        operation. Each must name this evaluator's family. `case_ids`: a subset of the benchmark
+        matrix, as evaluate_cases."""
+        from fitness.raw import RawFamily
+        raws = list(raws)
+        for r in raws:
+            if r.family != self.settings.family_name:
+                raise ValueError(f"raw candidate {r.key} is for family {r.family!r}; this judge judges "
+                                 f"{self.settings.family_name!r}")
+        settings = replace(self.settings, family=RawFamily(self.family))
+        if case_ids is not None:
+            wanted = set(case_ids)
+            settings = replace(settings, bench_cases=tuple(c for c in self.settings.bench_cases if c.id in wanted))
+        return self._evaluate(raws, settings, space=None)
+
+    def _evaluate(self, genomes: Sequence[Genome], base: Settings, space: Any = "default") -> list[Evaluation]:
         genomes = list(genomes)
         if not genomes:
             return []
@@ -224,7 +243,8 @@ class GPUEvaluator(Evaluator):
         compiler = self.compiler()
         pool = self.pool()
         settings = replace(base, toolkit=self.toolkit, device=self._device)
-        evaluations = run_cascade(genomes, settings, compiler, pool, space=self.space)
+        evaluations = run_cascade(genomes, settings, compiler, pool,
+                                  space=self.space if space == "default" else space)
         self._totals["evaluated"] += len(evaluations)
         self._totals["verified"] += sum(e.status is Status.OK for e in evaluations)
         self._totals["gpu_seconds"] += sum(float(e.artifacts.get("gpu_seconds", 0.0)) for e in evaluations)
@@ -253,6 +273,10 @@ class GPUEvaluator(Evaluator):
         baseline. Starts the workers (their device is the question)."""
         if evaluation.status is not Status.OK or evaluation.suspect:
             return f"not a verified evaluation ({evaluation.status.value}{', suspect' if evaluation.suspect else ''})"
+        protocol = str(evaluation.artifacts.get("judge_protocol", "1"))
+        if protocol != str(JUDGE_PROTOCOL):
+            return (f"judged under protocol {protocol}, this judge follows protocol {JUDGE_PROTOCOL} "
+                    f"(fitness.jobs.JUDGE_PROTOCOL): judged again")
         self.pool()
         for what, mine, theirs in (("device", self._device, evaluation.device),
                                    ("toolkit", self.toolkit, evaluation.toolkit),

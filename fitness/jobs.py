@@ -13,6 +13,12 @@ from typing import Any, Mapping
 from fitness.family import Case, Launch
 from fitness.records import CaseResult, Status
 
+#: The judge's correctness and timing protocol. Evidence judged under another protocol is never
+#: carried into a run (GPUEvaluator.accepts_evidence): 1 = up to session 9; 2 = every timed launch
+#: poisoned and fingerprinted, fresh timing inputs per job, the family's wider CHECK cases,
+#: device-state and runtime-call checks, untimed cases of a hopeless cut verified.
+JUDGE_PROTOCOL = 2
+
 CHECK = "check"   # cheap stage: verify on the family's small awkward check cases, no timing
 BENCH = "bench"   # full stage: verify and time every benchmark case beside the baselines
 VERIFY = "verify" # verify benchmark cases without timing them (cases a hopeless cut leaves untimed)

@@ -80,14 +80,14 @@ def evaluate(expr: str | int | float, params: Mapping[str, Any]) -> Any:
     def ev(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
             return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool, str)):
             return node.value
         if isinstance(node, ast.Name):
             if node.id in params:
                 v = params[node.id]
-                if isinstance(v, (int, float, bool, np.integer, np.floating)):
+                if isinstance(v, (int, float, bool, str, np.integer, np.floating)):
                     return v.item() if isinstance(v, np.generic) else v
-                raise ExpressionError(f"parameter {node.id!r} = {v!r} is not a number")
+                raise ExpressionError(f"parameter {node.id!r} = {v!r} is not a number or a string")
             if node.id in ("True", "False"):
                 return node.id == "True"
             raise ExpressionError(f"unknown name {node.id!r} in {expr!r}; the case has {sorted(params)}")

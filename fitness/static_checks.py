@@ -14,6 +14,12 @@ Limits come from `family.resource_limits(genome)`; every key is optional:
   dynamic_shared_bytes  the dynamic shared memory the genome asks for; when absent, the largest
                         `family.launch(genome, case).shared_bytes` over the check and benchmark
                         cases is used
+  gmem_bytes            max module-level __device__ state (ptxas "bytes gmem"; default
+                        DEFAULT_GMEM_BYTES): a kernel may keep a few counters between launches,
+                        never a copy of an output to replay (the memoising cheats)
+
+Always: no call into the device runtime (CALL.ABS in the SASS: malloc, free, printf, assert):
+memory a kernel allocates itself is state the judge cannot poison or see.
 
 Promises come from `family.promises(genome)`: {"TMA": ["UBLKCP", "UTMALDG"], ...}; a family is
 kept when any one of its opcode prefixes occurs in the SASS (prefix rules: fitness.sass.matches).
@@ -26,10 +32,11 @@ from typing import Any, Mapping
 
 from fitness.compile import CompileResult
 from fitness.records import Status
-from fitness.sass import find, opcodes
+from fitness.sass import find, instructions, opcodes
 from fitness.toolchain import ToolchainError
 
 SMEM_PER_BLOCK_LIMIT = 232448   # bytes of shared memory one block may use on sm_90 (227 KB)
+DEFAULT_GMEM_BYTES = 1024       # module-level __device__ state a kernel may keep between launches
 
 
 def static_problems(result: CompileResult, family: Any, genome: Any) -> list[str]:
@@ -44,7 +51,23 @@ def static_problems(result: CompileResult, family: Any, genome: Any) -> list[str
     problems += _local_memory_problems(result, limits)
     problems += _shared_memory_problems(result, limits, family, genome)
     problems += _promise_problems(result, family.promises(genome) or {})
+    problems += _state_problems(result, limits)
     return problems
+
+
+def _state_problems(result: CompileResult, limits: Mapping[str, int]) -> list[str]:
+    out = []
+    cap = limits.get("gmem_bytes", DEFAULT_GMEM_BYTES)
+    gmem = max((getattr(r, "gmem_bytes", 0) for r in result.resources.values()), default=0)
+    if gmem > cap:
+        out.append(f"keeps {gmem} bytes of __device__ state between launches (limit {cap}): a kernel may "
+                   f"remember a few counters, not results")
+    if result.sass:
+        calls = sorted({i.form for i in instructions(result.sass) if i.base == "CALL" and ".ABS" in i.form})
+        if calls:
+            out.append(f"calls the device runtime ({', '.join(calls)}: malloc/free/printf/assert): a kernel may "
+                       f"not allocate memory of its own")
+    return out
 
 
 def classify(result: CompileResult, problems: list[str]) -> Status:

@@ -113,12 +113,14 @@ def _fail(samples: dict[str, list[float]], status: Status, message: str, **kw: A
 def time_case(backend: Any, *, kernel: Any, launch: Any, args: Sequence[Sequence[Any]],
               out_sets: Sequence[Mapping[str, GuardedBuffer]], baselines: Mapping[tuple[str, int], Callable[[], Any]],
               names: Sequence[str], timing: Any, rng: np.random.Generator,
-              judge: Callable[[int], str | None], deterministic: Sequence[str]) -> TimingOutcome:
+              judge: Callable[[int, Mapping[str, Any] | None], str | None],
+              deterministic: Sequence[str]) -> TimingOutcome:
     """Time the candidate (`kernel` with `args[s]` writing `out_sets[s]`) and the baselines
     `names` (`baselines[(name, s)]`) on every input set s, in rotating interleaved rounds.
 
-    `judge(s)` judges the outputs now in out_sets[s] (the candidate's last launch on set s) and
-    returns a problem or None. `deterministic`: the outputs whose every launch on a set must be
+    `judge(s, baseline_results)` judges the outputs now in out_sets[s] (the candidate's last
+    launch on set s) and returns a problem or None; for set 0's final judgement it also gets each
+    baseline's last result there, to check against the same reference. `deterministic`: the outputs whose every launch on a set must be
     bit-identical. `rng` is the job's run-time generator (which launches are judged)."""
     n_sets = len(out_sets)
     impls = [CANDIDATE] + list(names)
@@ -134,6 +136,7 @@ def time_case(backend: Any, *, kernel: Any, launch: Any, args: Sequence[Sequence
     spin = getattr(backend, "spin", None)
     shield = LaunchShield()
     prints: list[tuple[int, int, list[Any]]] = []    # (round, set, fingerprint partials per output)
+    kept: dict[str, Any] = {}                        # each baseline's last result on input set 0
     p_extra = 0.0                                    # chance that a finished batch's last launch is judged
 
     def runs(impl: str, rr: int) -> bool:
@@ -166,7 +169,10 @@ def time_case(backend: Any, *, kernel: Any, launch: Any, args: Sequence[Sequence
                     backend.launch(kernel, launch, args[s])
                 else:
                     try:
-                        baselines[(impl, s)]()
+                        result = baselines[(impl, s)]()
+                        if s == 0:
+                            kept[impl] = result          # checked after the timing (judge's `baselines`)
+                        del result
                     except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
                         if backend.cuda_status(exc) is not None:
                             raise
@@ -199,7 +205,7 @@ def time_case(backend: Any, *, kernel: Any, launch: Any, args: Sequence[Sequence
             p_extra = min(1.0, CHECKED_RANDOM_ROUNDS / max(1.0, math.ceil((rounds - stop) / batch)))
         elif stop < rounds and rng.random() < p_extra:
             # decided now, after the launch ran: nothing it could see told it this one is judged
-            problem = judge(last % n_sets)
+            problem = judge(last % n_sets, None)
             judged.append((last, last % n_sets))
             if problem:
                 return _fail(samples, Status.WRONG_RESULT,
@@ -212,12 +218,13 @@ def time_case(backend: Any, *, kernel: Any, launch: Any, args: Sequence[Sequence
         last = max(rr for rr, ss, _ in prints if ss == s) if any(ss == s for _, ss, _ in prints) else None
         if last is None:
             continue
-        problem = judge(s)
+        problem = judge(s, kept if s == 0 else None)
         judged.append((last, s))
         if problem:
             return _fail(samples, Status.WRONG_RESULT,
                          f"[timed launches: launch {last + 1} of {rounds} (the last on input set {s})] {problem}",
                          judged=judged)
+    kept.clear()
     # ... and every launch on a set wrote what that one wrote
     if deterministic and prints:
         folded = _fold_all(backend, prints)

@@ -348,9 +348,25 @@ SPACE_V5 = GeneSpace(
     constraints=tuple(REGISTERS_FIT_V5 if c.name == "registers_fit" else c for c in SPACE_V4.constraints),
 )
 
+#: v6 (session 10): inf_safe. The hardened judge checks rows holding +-inf against torch's rule
+#: (rstd 0: NaN at the infinities, 0 elsewhere); the Newton step on rsqrt turned such a row into
+#: NaN throughout (0 * (inf * 0)). inf_safe skips the step when the mean square is +inf; it exists
+#: only for rsqrt = newton (elsewhere it would only duplicate genomes), and its legacy value keeps
+#: every recorded newton genome's source as it was judged (and failing the new check).
+INF_SAFE = Flag("inf_safe", group="compile", legacy=False,
+                doc="rsqrt = newton: skip the Newton step for a mean square of +inf, so rows holding an "
+                    "infinity follow torch's rule instead of turning NaN (v6)")
+INF_SAFE_NEEDS_NEWTON = require("inf_safe_needs_newton", ("inf_safe", "rsqrt"),
+                                lambda v: not v["inf_safe"] or v["rsqrt"] == "newton",
+                                "inf_safe changes only the Newton step: set it only with rsqrt = newton")
+SPACE_V6 = GeneSpace(
+    name="rmsnorm", doc=SPACE_V1.doc, genes=SPACE_V5.genes + (INF_SAFE,),
+    constraints=SPACE_V5.constraints + (INF_SAFE_NEEDS_NEWTON,),
+)
+
 #: every version of the space, and the latest (what a new run uses)
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5}
-SPACE = SPACE_V5
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6}
+SPACE = SPACE_V6
 
 #: A genome that handles every case of the benchmark matrices (regs staging re-reads what does
 #: not fit; cluster 8 spreads the longest rows), used as the sanity default and in tests.

@@ -130,9 +130,22 @@ def test_the_gpu_judge_accepts_a_verified_full_evaluation_of_the_same_kernel_on_
     if f"nvcc {compiler.toolkit}" != full.toolkit:
         pytest.skip(f"the run was recorded with {full.toolkit}, this machine has nvcc {compiler.toolkit}")
     with _judge(full.device, compiler) as judge:
+        # recorded under protocol 1 (before session 10's judge): judged again, never carried
+        assert judge.accepts_evidence(full).startswith("judged under protocol 1")
+        full = _as_if_judged_now(judge, full)
         assert judge.accepts_evidence(full) == ""
     with _judge(full.device, compiler, matrix="quack:bf16") as judge:      # a subset of what was measured
         assert judge.accepts_evidence(full) == ""
+
+
+def _as_if_judged_now(judge, ev):
+    """The same evidence as if today's judge had made it: its protocol, today's compile key."""
+    from dataclasses import replace
+
+    from fitness.jobs import JUDGE_PROTOCOL
+    g = judge.space.make(ev.genome)
+    key = judge.compiler().key(judge.family.render(g), tuple(judge.family.compile_flags(g)))
+    return replace(ev, artifacts={**ev.artifacts, "source_hash": key, "judge_protocol": str(JUDGE_PROTOCOL)})
 
 
 def test_the_gpu_judge_refuses_what_it_would_not_measure_the_same(recorded, compiler):
@@ -140,6 +153,9 @@ def test_the_gpu_judge_refuses_what_it_would_not_measure_the_same(recorded, comp
     truncated = next(e for e in recorded if "truncated, hopeless" in e.message)
     if f"nvcc {compiler.toolkit}" != full.toolkit:
         pytest.skip(f"the run was recorded with {full.toolkit}, this machine has nvcc {compiler.toolkit}")
+    with _judge(full.device, compiler) as judge:
+        full = _as_if_judged_now(judge, full)
+        truncated = _as_if_judged_now(judge, truncated)
     with _judge(full.device.replace("580.159.04", "590.1"), compiler) as judge:
         assert judge.accepts_evidence(full).startswith("device differs")
     with _judge(full.device, compiler) as judge:
@@ -152,7 +168,9 @@ def test_the_gpu_judge_refuses_what_it_would_not_measure_the_same(recorded, comp
         edited = replace(full, artifacts={**full.artifacts, "source_hash": "0" * 64})    # another template
         assert judge.accepts_evidence(edited).startswith("kernel source differs")
         other = next(e for e in recorded if e.status is Status.OK and len(e.cases) == 33 and e.key != full.key)
-        swapped = replace(full, genome=other.genome)      # evidence of one genome presented as another's
+        swapped = replace(full, genome=other.genome)
+        assert judge.accepts_evidence(replace(full, artifacts={**full.artifacts, "judge_protocol": "1"})).startswith(
+            "judged under protocol 1")      # evidence of one genome presented as another's
         assert judge.accepts_evidence(swapped).startswith("kernel source differs")
     with _judge(full.device, compiler, matrix="quack+models:bf16") as judge:
         assert "was not measured" in judge.accepts_evidence(full)

@@ -26,7 +26,8 @@ from fitness.static_checks import classify, static_problems
 from fitness.workers import WorkerPool
 from genomes import Choice, GeneSpace
 
-BEHAVIOURS = ("ok", "compile_error", "spill", "render_bug", "wrong", "crash", "hang", "narrow", "nocheck", "short")
+BEHAVIOURS = ("ok", "compile_error", "spill", "render_bug", "wrong", "crash", "hang", "narrow", "nocheck", "short",
+              "wrong_untimed")
 SPACE = GeneSpace("fakeop", genes=(Choice("behaviour", options=BEHAVIOURS),
                                    Choice("speed", options=(0.25, 0.5, 1.0, 2.0, 100.0))))
 TORCH_TBPS = 2.0
@@ -136,7 +137,7 @@ class FakePool:
             if job.launches[c.id] is None:
                 cases.append(CaseResult(c.id, Status.INVALID, message="no launch"))
                 continue
-            if b == "wrong":
+            if b == "wrong" or (b == "wrong_untimed" and c.id == "n1024" and job.stage != CHECK):
                 cases.append(CaseResult(c.id, Status.WRONG_RESULT, max_abs_err=3.0, message="y[5]: 3 vs 0"))
                 continue
             base_us = FAMILY.bytes_moved(c) / (TORCH_TBPS * 1e6)
@@ -254,14 +255,23 @@ def test_hopeless_cut_after_largest_cases(tmp_path):
     (es, ef), pool, _ = judge([slow, fine], tmp_path, hopeless_below=0.5)
     probe = next(j for j in pool.jobs if j.key == slow.key and j.stage == BENCH)
     assert [c.id for c in probe.cases] == ["n8192", "n4096"]      # largest bytes first
-    assert stages(pool, slow.key) == ["check", "bench-probe"]
+    assert stages(pool, slow.key) == ["check", "bench-probe", "verify-rest"]     # the rest verified, not timed
     assert stages(pool, fine.key) == ["check", "bench-probe", "bench-rest"]
     assert es.status is Status.OK and "hopeless" in es.artifacts["truncated"]
-    assert "2 of 4 cases not run" in es.artifacts["truncated"] and "truncated" in es.message
+    assert "2 of 4 cases verified, not timed" in es.artifacts["truncated"] and "truncated" in es.message
+    assert set(json.loads(es.artifacts["verified_untimed"])) == {"n1024", "n2048"}
     assert es.objectives["cases"] == 2.0 and es.fitness("geomean_speedup") == pytest.approx(0.25)
     assert ef.objectives["cases"] == 4.0 and "truncated" not in ef.artifacts
     assert [c.case for c in ef.cases] == ["n1024", "n8192", "n2048", "n4096"]
     assert ef.artifacts["gpu_seconds"] == "1.5"
+
+
+def test_a_hopeless_cut_never_turns_a_wrong_kernel_into_an_ok_record(tmp_path):
+    """Slow on the probe cases, wrong only on a case the cut leaves untimed: WRONG_RESULT."""
+    bad = g("wrong_untimed", 0.25)
+    (ev,), pool, _ = judge([bad], tmp_path, hopeless_below=0.5)
+    assert stages(pool, bad.key) == ["check", "bench-probe", "verify-rest"]
+    assert ev.status is Status.WRONG_RESULT and "at verify" in ev.message and "n1024" in ev.message
 
 
 def test_no_hopeless_cut_by_default(tmp_path):

@@ -85,7 +85,7 @@ def cli(*args, cwd):
     ('[experiment]\nname="x"\nfamily="synthetic"\n[budget]\nevaluations=-3', "budget.evaluations: must be >= 1"),
     ('[experiment]\nname="x"\nfamily="synthetic"\nfamilly=1', "experiment.familly: unknown key"),
     (f'[experiment]\nname="x"\nfamily="rmsnorm"\nspace_version="v9"\n[evaluator]\nkind="replay"\nreplay="{TABLE}"',
-     "experiment.space_version: 'rmsnorm' has no gene space version 'v9'; versions: ['v1', 'v2', 'v3', 'v4', 'v5']"),
+     "experiment.space_version: 'rmsnorm' has no gene space version 'v9'; versions: ['v1', 'v2', 'v3', 'v4', 'v5', 'v6']"),
 ])
 def test_cli_reports_bad_configs_without_traceback(tmp_path, body, expected):
     cfg = tmp_path / "c.toml"

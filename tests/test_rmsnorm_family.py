@@ -354,11 +354,11 @@ def test_grid_fit_sizes_the_persistent_grid_to_the_resident_ctas():
 
 def test_space_versions_keep_recorded_genomes():
     from genomes import load_space
-    from genomes.rmsnorm import SPACE_V1, SPACE_V2, SPACE_V3, SPACE_V4, SPACE_V5
+    from genomes.rmsnorm import SPACE_V1, SPACE_V2, SPACE_V3, SPACE_V4, SPACE_V5, SPACE_V6
     from genomes.registry import space_versions
-    assert load_space("rmsnorm") is SPACE_V5 and load_space("rmsnorm", "v1") is SPACE_V1
-    assert space_versions("rmsnorm") == ["v1", "v2", "v3", "v4", "v5"]
-    with pytest.raises(LookupError, match="versions: \\['v1', 'v2', 'v3', 'v4', 'v5'\\]"):
+    assert load_space("rmsnorm") is SPACE_V6 and load_space("rmsnorm", "v1") is SPACE_V1
+    assert space_versions("rmsnorm") == ["v1", "v2", "v3", "v4", "v5", "v6"]
+    with pytest.raises(LookupError, match="versions: \\['v1', 'v2', 'v3', 'v4', 'v5', 'v6'\\]"):
         load_space("rmsnorm", "v0")
     old = SPACE_V1.sample(random.Random(5))
     assert SPACE_V2.make(dict(old)).key == old.key                # a v1 genome under v2: same key
@@ -373,6 +373,13 @@ def test_space_versions_keep_recorded_genomes():
     v4 = SPACE_V4.sample(random.Random(8))                         # v5 only widens cta_threads
     assert SPACE_V5.make(dict(v4)).key == v4.key and FAMILY.render(SPACE_V5.make(dict(v4))) == FAMILY.render(v4)
     assert 32 not in SPACE_V4.gene("cta_threads").values() and 32 in SPACE_V5.gene("cta_threads").values()
+    # v6: inf_safe at its legacy value keeps every v5 genome, key and source; set, only with newton
+    v5 = SPACE_V5.make({**dict(v4), "rsqrt": "newton"})
+    v6 = SPACE_V6.make(dict(v5))
+    assert v6.key == v5.key and v6["inf_safe"] is False and FAMILY.render(v6) == FAMILY.render(v5)
+    safe = SPACE_V6.make({**dict(v6), "inf_safe": True})
+    assert safe.key != v6.key and "0x7f800000" in FAMILY.render(safe) and "0x7f800000" not in FAMILY.render(v6)
+    assert SPACE_V6.violations({**dict(v6), "rsqrt": "approx", "inf_safe": True})
 
 
 def test_v5_one_warp_ctas_give_torch_compiles_short_row_geometry(tmp_path):
@@ -464,6 +471,7 @@ def test_recorded_genomes_render_the_source_the_judge_compiled():
             assert key == judged, (path, g.key)
             checked += 1
     assert checked >= 400
+
 
 
 def test_weight_batch_renders_only_away_from_its_legacy_value():

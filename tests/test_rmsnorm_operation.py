@@ -91,18 +91,60 @@ def test_case_ids_carry_options():
     assert fam(dtypes=("bf16",)).benchmark_cases("smoke")[0].params["dtype"] == "bf16"
 
 
-def test_check_cases_are_awkward():
-    cases = fam().check_cases()
-    assert {c.params["M"] for c in cases} == {1, 7, 199}
-    ns = {c.params["N"] for c in cases}
-    assert any(n & (n - 1) for n in ns)                        # not powers of two
-    assert {1000, 4104, 520, 256, 8200} <= ns
-    assert all(n % 8 == 0 for n in ns)
+def test_check_cases_cover_what_the_benchmark_does_not():
+    op_mod = import_sibling(str(KERNELS_DIR / "rmsnorm" / "family.py"), "operation")
+    f = fam()
+    cases = f.check_cases()
+    assert len({c.id for c in cases}) == len(cases)
     assert {c.params["dtype"] for c in cases} == {"bf16", "fp16", "fp32"}
+    bench = f.benchmark_cases("all")
+    max_m = max(c.params["M"] for c in bench)
+    bench_widths = sorted({c.params["N"] for c in bench})
     for d in ("bf16", "fp16", "fp32"):
         mine = [c for c in cases if c.params["dtype"] == d]
-        assert {c.params["M"] for c in mine} == {1, 7, 199}
-    assert len({c.id for c in cases}) == len(cases)
+        assert {1, 7, 199} <= {c.params["M"] for c in mine}
+        ns = {c.params["N"] for c in mine}
+        assert all(n % 8 == 0 for n in ns) and {1000, 4104, 520, 256, 8200} <= ns
+        # every range between benchmark widths has its first width and one inside, not a power of two
+        for a, b in zip(bench_widths, bench_widths[1:]):
+            inside = [n for n in ns if a < n < b and n & (n - 1)]
+            assert a + 8 in ns and len(inside) >= 1, (a, b)
+        assert any(n > bench_widths[-1] for n in ns)                  # the open-ended last range
+        assert any(c.params["M"] > max(65536, max_m) for c in mine)  # more rows than any benchmark
+        huge = [c for c in mine if c.params["M"] * c.params["N"] > 2**31]
+        assert len(huge) >= 2 and all(c.params.get("sample_rows") for c in huge)
+        assert any(c.params.get("x_scale", 1.0) < 0.01 for c in mine)        # mean square ~ eps
+        assert any(c.params["eps"] >= 0.1 for c in mine)
+        assert any(c.params.get("nonfinite") for c in mine)
+    assert all(c.params["N"] < 2**20 for c in cases) and op_mod.range_check_widths()[0] < 256
+
+
+def test_small_x_scale_makes_eps_matter_and_nonfinite_rows_follow_torch():
+    f = fam()
+    case = f.make_case(199, 1000, "bf16", x_scale=1e-3)
+    x = f.make_inputs(case, np.random.default_rng(0), "normal")["x"]
+    ms = (dtypes.to_float64(x, "bf16") ** 2).mean(axis=1)
+    assert 3e-7 < np.median(ms) < 3e-6                                   # comparable to eps = 1e-6
+    case = f.make_case(64, 4104, "fp32", nonfinite=True)
+    inputs = f.make_inputs(case, np.random.default_rng(1), "wide")
+    x = dtypes.to_float64(inputs["x"], "fp32")
+    y = f.reference(case, inputs)["y"]
+    assert np.isinf(x[1]).sum() == 1 and np.isnan(x[5]).sum() == 1 and np.isfinite(x[0]).all()
+    assert np.isnan(y[5]).all() and np.isnan(y[1][np.isinf(x[1])]).all()
+    assert (y[1][np.isfinite(x[1])] == 0).all() and np.isfinite(y[0]).all()
+    assert f.tolerances(case)["y"].match_nonfinite and not f.tolerances(f.make_case(7, 520, "fp32"))["y"].match_nonfinite
+
+
+def test_sampled_reference_of_a_huge_case_equals_the_full_one_on_its_rows():
+    f = fam()
+    case = f.make_case(300, 1000, "bf16", sample_rows=5)
+    inputs = f.make_inputs(case, np.random.default_rng(2), "normal")
+    full = f.reference(case, inputs)["y"].reshape(-1)
+    sample = f.reference_sample(case, inputs, np.random.default_rng(3))
+    idx, vals = sample["y"]
+    assert idx.size == vals.size and idx.size <= 7 * 1000 and 0 in idx and 300 * 1000 - 1 in idx
+    np.testing.assert_array_equal(full[idx], vals)
+    assert f.reference_sample(f.make_case(300, 1000, "bf16"), inputs, np.random.default_rng(3)) is None
 
 
 def test_io_and_kernel_args():
@@ -213,6 +255,8 @@ def test_an_honest_fp32_kernel_passes_on_every_check_case(dt, dist):
     """The tolerances are reachable by a real kernel (fp32 accumulation, rounded output)."""
     f = fam(with_rstd=True, dtypes=(dt,))
     for i, case in enumerate(f.check_cases()):
+        if case.params.get("sample_rows"):
+            continue                     # > 2**31 elements: judged on the device, on sampled rows
         inputs = f.make_inputs(case, np.random.default_rng(i), dist)
         ref = f.reference(case, inputs)
         got = _fp32_kernel(case, inputs)

@@ -25,8 +25,9 @@ judge can make and check the largest cases on the device.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-import zlib
+import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -45,6 +46,16 @@ MODEL_SHAPES: tuple[tuple[int, int], ...] = tuple((m, n) for n in MODEL_WIDTHS f
 SMOKE_SHAPES: tuple[tuple[int, int], ...] = ((1, 4096), (128, 5120), (199, 1000), (1024, 8192))
 CHECK_ROWS = (1, 7, 199)
 CHECK_WIDTHS = (256, 520, 1000, 4104, 8200)          # multiples of 8, none a power of two but 256
+CHECK_RANGE_ROWS = 7
+MANY_ROWS = (65543, 264)          # more rows than any benchmark (row indices past 16 bits)
+HUGE_WIDTHS = (4104, 262152)      # > 2**31 elements at a short and a long width (sampled rows)
+HUGE_OVERSHOOT = 1.05             # how far past 2**31 elements the huge cases go
+SAMPLE_ROWS = 48                  # random rows (besides the first and the last) a huge case checks
+EPS_CASE = (199, 1000)            # rows whose mean square is eps (x_scale) and a large eps
+SMALL_X_SCALE = 1e-3              # x ~ 1e-3: mean square 1e-6, as eps
+LARGE_EPS = 0.5
+NONFINITE_SHAPES = ((64, 4104), (7, 65544))
+BEYOND_WIDTHS = (262152, 393224)  # the last dispatch range is open-ended
 MATRICES: dict[str, tuple[tuple[int, int], ...]] = {
     "quack": QUACK_SHAPES,
     "models": MODEL_SHAPES,
@@ -86,16 +97,36 @@ class RMSNormOperation(KernelFamily):
             raise ValueError("RMSNormOperation needs at least one dtype")
 
     # -- cases ----------------------------------------------------------------------------
-    def make_case(self, M: int, N: int, dtype: str) -> Case:
+    def make_case(self, M: int, N: int, dtype: str, *, eps: float | None = None, x_scale: float = 1.0,
+                  nonfinite: bool = False, sample_rows: int = 0) -> Case:
+        """A case; the keywords make CHECK cases: another eps, x scaled (mean square ~ eps),
+        rows holding +-inf/NaN (judged by torch's rule, see `tolerances`), or a case judged on
+        `sample_rows` random rows plus the first and last (too large for a full reference)."""
         dtype = _canonical_float(dtype)
         wdt = dtype if self.weight_dtype == "same" else self.weight_dtype
+        eps = self.eps if eps is None else float(eps)
         cid = f"{dtype}/{M}x{N}"
         if wdt != "fp32":
             cid += f"/w{wdt}"
         if self.with_rstd:
             cid += "/rstd"
-        return Case(id=cid, params={"M": int(M), "N": int(N), "dtype": dtype, "weight_dtype": wdt,
-                                    "eps": self.eps, "with_rstd": self.with_rstd})
+        if eps != self.eps:
+            cid += f"/eps{eps:g}"
+        if x_scale != 1.0:
+            cid += f"/xs{x_scale:g}"
+        if nonfinite:
+            cid += "/nonfinite"
+        if sample_rows:
+            cid += f"/sampled{int(sample_rows)}"
+        params = {"M": int(M), "N": int(N), "dtype": dtype, "weight_dtype": wdt, "eps": eps,
+                  "with_rstd": self.with_rstd}
+        if x_scale != 1.0:
+            params["x_scale"] = float(x_scale)
+        if nonfinite:
+            params["nonfinite"] = True
+        if sample_rows:
+            params["sample_rows"] = int(sample_rows)
+        return Case(id=cid, params=params)
 
     def benchmark_cases(self, matrix: str = "default") -> list[Case]:
         """Named matrices: quack (default), models, smoke, all; "+" joins them and ":bf16,fp16"
@@ -113,7 +144,31 @@ class RMSNormOperation(KernelFamily):
         return [self.make_case(m, n, d) for d in dtype_list for (m, n) in shapes]
 
     def check_cases(self) -> list[Case]:
-        return [self.make_case(m, n, d) for d in self.dtypes for m in CHECK_ROWS for n in CHECK_WIDTHS]
+        """What the benchmark matrices do not cover, for every dtype (a genome is checked on every
+        case its launch() accepts; the dispatch serves a width range only with genomes checked
+        inside it):
+
+        - small awkward shapes: CHECK_ROWS x CHECK_WIDTHS;
+        - every width range the dispatch can serve (between consecutive benchmark widths of any
+          matrix, and past the largest: the last range is open-ended): its first width (the
+          boundary) and one inside it, none a power of two, at CHECK_RANGE_ROWS rows;
+        - more rows than any benchmark (MANY_ROWS: row indices beyond 16 bits);
+        - more than 2**31 elements (HUGE_WIDTHS, 5 % past it: 32-bit element offsets), judged on
+          sampled rows;
+        - rows whose mean square is eps (x ~ 1e-3) and a large eps (eps must be added, in float);
+        - rows holding +-inf and NaN, judged by torch's rule (see `tolerances`)."""
+        out: list[Case] = []
+        for d in self.dtypes:
+            out += [self.make_case(m, n, d) for m in CHECK_ROWS for n in CHECK_WIDTHS]
+            out += [self.make_case(CHECK_RANGE_ROWS, n, d) for n in range_check_widths() if n not in CHECK_WIDTHS]
+            out.append(self.make_case(*MANY_ROWS, d))
+            for n in HUGE_WIDTHS:
+                m = int(math.ceil(HUGE_OVERSHOOT * 2**31 / n))
+                out.append(self.make_case(m, n, d, sample_rows=SAMPLE_ROWS))
+            out.append(self.make_case(*EPS_CASE, d, x_scale=SMALL_X_SCALE))
+            out.append(self.make_case(*EPS_CASE, d, eps=LARGE_EPS))
+            out += [self.make_case(m, n, d, nonfinite=True) for m, n in NONFINITE_SHAPES]
+        return out
 
     def io(self, case: Case) -> tuple[dict[str, BufferSpec], dict[str, BufferSpec]]:
         M, N, dt, wdt = _params(case)
@@ -131,7 +186,8 @@ class RMSNormOperation(KernelFamily):
 
     # -- inputs and reference -------------------------------------------------------------
     def make_inputs(self, case: Case, rng: Any, distribution: str, xp: Any = None) -> dict[str, Any]:
-        """x and w rounded to their dtypes (bf16 as uint16 bits), never zero.
+        """x and w rounded to their dtypes (bf16 as uint16 bits), never zero; x scaled by the
+        case's x_scale, and with +-inf/NaN planted in some rows for a `nonfinite` case.
 
         "normal": x ~ N(0, 1) with |x| >= 1e-3; "wide": |x| = 10**u, rows cycle through mixed
         (u in [-3, 3]), tiny (u in [-3, -1]) and huge (u in [1, 3]) kinds, random signs.
@@ -140,6 +196,17 @@ class RMSNormOperation(KernelFamily):
         elements), or a cupy RandomState with xp=cupy: then x comes from one counter-based kernel
         seeded by one draw of the RandomState (gen_x_spec is its numpy specification).
         """
+        made = self._make_inputs(case, rng, distribution, xp)
+        scale = float(case.params.get("x_scale", 1.0))
+        if scale != 1.0:
+            M, N, dt, _ = _params(case)
+            x64 = dtypes.to_float64(made["x"], dt) * scale
+            made["x"] = dtypes.quantize(x64, dt)
+        if case.params.get("nonfinite"):
+            made["x"] = _with_nonfinite(made["x"], case, rng)
+        return made
+
+    def _make_inputs(self, case: Case, rng: Any, distribution: str, xp: Any = None) -> dict[str, Any]:
         xp = np if xp is None else xp
         if distribution not in ("normal", "wide"):
             raise ValueError(f"unknown input distribution {distribution!r}; use 'normal' or 'wide'")
@@ -186,18 +253,24 @@ class RMSNormOperation(KernelFamily):
             for r0 in range(0, M, step):
                 r1 = min(M, r0 + step)
                 xf = dtypes.to_float64(x[r0:r1], dt)
-                r = 1.0 / xp.sqrt((xf * xf).sum(axis=1) / N + eps)
-                rstd[r0:r1] = r
-                y[r0:r1] = xf * r[:, None] * wf
+                with np.errstate(invalid="ignore", over="ignore"):     # non-finite rows: torch's rule
+                    r = 1.0 / xp.sqrt((xf * xf).sum(axis=1) / N + eps)
+                    rstd[r0:r1] = r
+                    y[r0:r1] = xf * r[:, None] * wf
         out = {"y": y}
         if case.params.get("with_rstd"):
             out["rstd"] = rstd
         return out
 
     def tolerances(self, case: Case) -> dict[str, Tolerance]:
+        """Per dtype (DESIGN.md). Non-finite inputs follow torch's rule, which is what the float64
+        reference computes with IEEE semantics: a row holding a NaN is NaN throughout; a row
+        holding +-inf (and no NaN) has rstd 0, so y is NaN at the infinities and 0 elsewhere."""
         tol = {"y": TOLERANCES[case.params["dtype"]]}
         if case.params.get("with_rstd"):
             tol["rstd"] = RSTD_TOLERANCE
+        if case.params.get("nonfinite"):
+            tol = {k: dataclasses.replace(v, match_nonfinite=True) for k, v in tol.items()}
         return tol
 
     def bytes_moved(self, case: Case) -> int:
@@ -212,8 +285,24 @@ class RMSNormOperation(KernelFamily):
         M, N, _, _ = _params(case)
         return 4 * M * N          # square, add, scale by rstd, scale by w
 
-    def timing_seed(self, case: Case) -> int:
-        return zlib.crc32(case.id.encode())
+    def reference_sample(self, case: Case, inputs: Mapping[str, Any], rng: Any) -> dict[str, tuple[Any, Any]] | None:
+        """For cases with `sample_rows`: the first, the last and that many random rows, their
+        float64 reference (rows are independent, so a row's reference is the whole answer)."""
+        k = int(case.params.get("sample_rows", 0) or 0)
+        if not k:
+            return None
+        M, N, dt, wdt = _params(case)
+        x = inputs["x"]
+        xp = array_module(x)
+        rows = np.unique(np.concatenate([[0, M - 1], rng.integers(0, M, size=k)])).astype(np.int64)
+        sub = Case(id=case.id + "/rows", params={**case.params, "M": int(rows.size), "sample_rows": 0})
+        dev_rows = xp.asarray(rows)
+        ref = self.reference(sub, {"x": xp.ascontiguousarray(x[dev_rows]), "w": inputs["w"]})
+        cols = xp.arange(N, dtype=xp.int64)
+        out = {"y": ((dev_rows[:, None] * N + cols[None, :]).reshape(-1), ref["y"].reshape(-1))}
+        if case.params.get("with_rstd"):
+            out["rstd"] = (dev_rows, ref["rstd"].reshape(-1))
+        return out
 
     # -- baselines ------------------------------------------------------------------------
     def baselines(self) -> list[Baseline]:
@@ -249,6 +338,55 @@ def _away_from_zero(xp: Any, v: Any, floor: float = 1e-3) -> Any:
         return _cupy_kernel("jf_rms_away32")(v)
     small = xp.abs(v) < floor
     return xp.where(small, xp.where(v < 0, -floor, floor), v).astype(v.dtype, copy=False)
+
+
+def _with_nonfinite(x: Any, case: Case, rng: Any) -> Any:
+    """x with non-finite values planted by row (row % 8): 1 one +inf; 3 a -inf and a +inf;
+    5 a NaN; 6 a NaN and a +inf; other rows finite. Columns are drawn from `rng`."""
+    xp = array_module(x)
+    M, N, dt, _ = _params(case)
+    inf, ninf, nan = (dtypes.quantize(np.array([v]), dt)[0] for v in (np.inf, -np.inf, np.nan))
+    plan = {1: (inf,), 3: (ninf, inf), 5: (nan,), 6: (nan, inf)}
+    rows, cols, vals = [], [], []
+    for r in range(M):
+        values = plan.get(r % 8)
+        if not values:
+            continue
+        picked = _draw_columns(rng, N, len(values))
+        for c, v in zip(picked, values):
+            rows.append(r)
+            cols.append(c)
+            vals.append(v)
+    if rows:
+        x[xp.asarray(np.array(rows)), xp.asarray(np.array(cols))] = xp.asarray(np.array(vals, dtype=x.dtype))
+    return x
+
+
+def _draw_columns(rng: Any, n: int, k: int) -> list[int]:
+    """k distinct columns from a numpy Generator or a cupy RandomState."""
+    if hasattr(rng, "choice") and isinstance(rng, np.random.Generator):
+        return [int(c) for c in rng.choice(n, size=k, replace=False)]
+    picked: list[int] = []
+    while len(picked) < k:
+        c = int(rng.randint(0, n, size=1).get()[0]) if hasattr(rng, "randint") else int(rng.integers(0, n))
+        if c not in picked:
+            picked.append(c)
+    return picked
+
+
+def range_check_widths() -> list[int]:
+    """Widths inside every range the dispatch can serve: for consecutive benchmark widths a < b
+    of any matrix, a + 8 (the range's first width) and one near the middle that is not a power
+    of two; below the smallest, one; past the largest, BEYOND_WIDTHS."""
+    bench = sorted({n for name in ("quack", "models") for _, n in MATRICES[name]})
+    out = [136]
+    for a, b in zip(bench, bench[1:]):
+        mid = ((a + b) // 2 + 7) // 8 * 8
+        if mid & (mid - 1) == 0:
+            mid += 8
+        out += [a + 8, mid]
+    out += list(BEYOND_WIDTHS)
+    return sorted(set(out))
 
 
 def _wide_rows(xp: Any, rng: Any, r0: int, r1: int, n: int) -> Any:

@@ -29,6 +29,8 @@
 //@ weight_pipeline (space v4; shared-memory staging with weight_batch > 1): the weight of the
 //@ first batch is loaded before the row's reduction (in flight across its barriers), and each
 //@ batch's successor before the batch is written: two batches of weight in registers.
+//@ inf_safe (space v6; rsqrt = newton only): the Newton step is skipped for a mean square of +inf, so a
+//@ row holding an infinity gives rstd 0 (torch's rule: NaN at the infinities, 0 elsewhere) instead of NaN.
 //@ lean_groups (space v5): "row group g exists" is tested as g * R < M instead of g < ceil(M / R), so
 //@ no CTA divides by its runtime row count (an integer division, a MUFU.RCP among ~25 SASS
 //@ instructions, ahead of the first load: 63 -> 37 instructions before the first LDG of ed8f41a1).
@@ -204,7 +206,14 @@ __device__ __forceinline__ float rms_rsqrt(float v) {
   asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
 #elif RMS_RSQRT == 1
   asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+//@inf_safe legacy
   r = r * fmaf(-0.5f * v * r, r, 1.5f);
+//@inf_safe new
+  // one Newton step, skipped for v = +inf (rsqrt 0): 0 * (inf * 0) would make the whole row NaN,
+  // where torch's rule (and the approx/precise paths) give rstd 0
+  const float rn = r * fmaf(-0.5f * v * r, r, 1.5f);
+  r = (v < __int_as_float(0x7f800000)) ? rn : r;
+//@inf_safe end
 #else
   float s;
   asm("sqrt.rn.f32 %0, %1;" : "=f"(s) : "f"(v));

@@ -25,8 +25,9 @@ PROPOSERS = ("guided", "llm")
 class OperatorYield:
     operator: str
     proposals: int = 0
-    valid: int = 0             # judged (a proposer's valid + repaired; a strategy's children)
+    valid: int = 0             # passed validation (a proposer's valid + repaired; a strategy's children)
     repaired: int = 0
+    judged: int = 0            # recorded evaluations (a valid proposal is not judged when the budget ends first)
     compiled: int = 0
     verified: int = 0          # OK, not suspect, with a fitness
     improved: int = 0          # better than its best parent
@@ -36,11 +37,11 @@ class OperatorYield:
     cost_usd: float = 0.0
 
     def as_row(self) -> list[Any]:
-        return [self.operator, self.proposals, self.valid, self.repaired, self.compiled, self.verified, self.improved,
-                self.new_best, round(self.gpu_seconds, 1), self.tokens, round(self.cost_usd, 4)]
+        return [self.operator, self.proposals, self.valid, self.repaired, self.judged, self.compiled, self.verified,
+                self.improved, self.new_best, round(self.gpu_seconds, 1), self.tokens, round(self.cost_usd, 4)]
 
 
-HEADER = ["operator", "proposals", "valid", "repaired", "compiled", "verified", "improved on parent", "new best",
+HEADER = ["operator", "proposals", "valid", "repaired", "judged", "compiled", "verified", "improved on parent", "new best",
           "GPU s", "tokens", "cost USD"]
 
 
@@ -85,6 +86,7 @@ def operator_yield(records: Sequence[Any], events: Iterable[Mapping[str, Any]], 
         if name.split(":", 1)[0] not in PROPOSERS:
             r.proposals += 1
             r.valid += 1
+        r.judged += 1
         if compiled(ev):
             r.compiled += 1
         if f is not None:

@@ -131,7 +131,7 @@ class ProposalMixer:
 
     def _parent(self, c: Candidate, answered: Mapping[str, Evaluation]) -> Evaluation | None:
         """The child's best judged parent (a crossover has two)."""
-        evs = [answered[k] for k in c.parents if k in answered and answered[k].space != f"{self.space.name}/raw"]
+        evs = [answered[k] for k in c.parents if k in answered and not answered[k].space.endswith("/raw")]
         if not evs:
             return None
         return max(evs, key=lambda e: (e.fitness(self.metric) is not None, e.fitness(self.metric) or 0.0))

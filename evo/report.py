@@ -72,8 +72,9 @@ def _yield_section(frames: RunFrames) -> list[str]:
         return []
     out = ["## Yield per operator", "",
            "Proposals: a proposer's every proposal (also those never judged: invalid, duplicate, skipped, "
-           "endpoint errors), a strategy's children; valid: judged; improved: better than the best parent; "
-           "new best: better than everything recorded before it.", ""]
+           "endpoint errors), a strategy's children; valid: passed validation (repaired: after a repair to the "
+           "nearest valid genome); judged: evaluated (the budget may end first); improved: better than the best "
+           "parent; new best: better than everything recorded before it.", ""]
     out += markdown(operator_yield(frames.records, events, frames.metric)) + [""]
     if any(e.get("kind") == "proposal" for e in events):
         detail = [r for r in operator_yield(frames.records, events, frames.metric, detail=True)

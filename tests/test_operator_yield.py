@@ -30,7 +30,7 @@ def test_counts_per_operator():
               {"kind": "llm", "index": 2, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}]
     rows = {r.operator: r for r in operator_yield(records, events, "m")}
     g, llm, mut = rows["guided"], rows["llm"], rows["mutation"]
-    assert (g.proposals, g.valid, g.repaired, g.compiled, g.verified, g.improved, g.new_best) == (3, 2, 1, 1, 1, 0, 0)
+    assert (g.proposals, g.valid, g.repaired, g.judged, g.compiled, g.verified, g.improved, g.new_best) == (3, 2, 1, 2, 1, 1, 0, 0)
     assert (llm.proposals, llm.valid, llm.compiled, llm.verified, llm.improved, llm.new_best) == (3, 2, 1, 1, 1, 1)
     assert (llm.tokens, round(llm.cost_usd, 3)) == (260, 0.03)
     assert (mut.proposals, mut.improved, mut.new_best, mut.gpu_seconds) == (1, 1, 1, 2.0)

@@ -10,6 +10,8 @@
     evo table RUN --out PREFIX [--playoff FILE]   # GPU: the dispatch table timed beside every baseline
     evo playoff RUN --out PREFIX [--margin F]  # GPU: near-tied genomes of each width judged again side by side
     evo ab RUN --out PREFIX --cases IDS --pairs A:B,...   # GPU: same-process A/B of genome pairs
+    evo transcript RUN --out FILE.json        # the run's LLM exchanges, for [operators.llm] replay
+    evo operators-study RECORDING... --out PREFIX   # guided vs plain mutation on recorded verdicts
 
 Bad input ends with one line per problem and exit code 2, never a traceback; a machine that cannot
 judge (no GPU, no nvcc) exits 3. Ctrl-C (or SIGTERM) stops cleanly after recording everything

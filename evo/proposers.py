@@ -34,7 +34,7 @@ from fitness.records import Evaluation
 from genomes import GeneSpace
 from operators.candidate import Candidate
 from operators.guided import GuidedOperator, RuleError
-from operators.proposal import Proposal
+from operators.proposal import Proposal, Proposer, Request
 from evo.config import Config
 
 #: operator labels of the strategy's own variation that a proposer may take the place of
@@ -81,43 +81,40 @@ class ProposalMixer:
         return cls(cfg, space, store, run_id, evaluator, **kw)
 
     # -- mixing -------------------------------------------------------------------------------
+    def proposers(self) -> list[tuple[float, Proposer]]:
+        """(rate, proposer) in the order slots are drawn for and asked."""
+        return [(rate, p) for rate, p in zip(self.rates, (self.guided, self.llm)) if p is not None and rate > 0]
+
     def mix(self, candidates: Sequence[Candidate], answered: Mapping[str, Evaluation]) -> tuple[list[Candidate], int]:
         """The batch to judge, and how many of its first candidates are the strategy's slots."""
         out = list(candidates)
-        g_rate, l_rate = self.rates
-        guided_slots, llm_slots = [], []
+        active = self.proposers()
+        slots: list[list[int]] = [[] for _ in active]
         for i, c in enumerate(candidates):
             if not _varied(c):
                 continue
-            u = self.rng.random()
-            if u < g_rate:
-                guided_slots.append(i)
-            elif u < g_rate + l_rate:
-                llm_slots.append(i)
+            u, edge = self.rng.random(), 0.0
+            for j, (rate, _) in enumerate(active):
+                edge += rate
+                if u < edge:
+                    slots[j].append(i)
+                    break
         taken = set(answered) | {c.key for c in candidates}
-        for i in guided_slots:
-            parent = self._parent(candidates[i], answered)
-            if parent is None:
-                continue
-            p = self.guided.propose(parent, self.rng, taken)
-            if p.candidate is not None:
-                out[i] = p.candidate
-                taken.add(p.candidate.key)
-            self._log(p)
         extra: list[Candidate] = []
-        if llm_slots and self.llm is not None:
-            from operators.llm import LLMRequest  # noqa: PLC0415
-
-            slots, requests = [], []
-            for i in llm_slots:
+        for (_, proposer), mine in zip(active, slots):
+            asked, requests = [], []
+            for i in mine:
                 parent = self._parent(candidates[i], answered)
                 genome = self._genome(parent) if parent is not None else None
                 if genome is not None:
-                    slots.append(i)
-                    requests.append(LLMRequest(parent, genome))
-            proposals = self.llm.propose_many(requests, self.rng, taken, lessons=self._lessons(answered))
-            self._log_exchanges()
-            for i, p in zip(slots, proposals):
+                    asked.append(i)
+                    requests.append(Request(parent, genome))
+            if not requests:
+                continue
+            proposals = proposer.propose_many(requests, self.rng, taken, context=self._lessons(answered))
+            if proposer is self.llm:
+                self._log_exchanges()
+            for i, p in zip(asked, proposals):
                 if p.candidate is not None and p.candidate.raw is not None:
                     if not self.takes_source:
                         p = dataclasses.replace(p, outcome="skipped", candidate=None,
@@ -126,6 +123,8 @@ class ProposalMixer:
                         extra.append(p.candidate)
                 elif p.candidate is not None:
                     out[i] = p.candidate
+                if p.candidate is not None:
+                    taken.add(p.candidate.key)
                 self._log(p)
         return out + extra, len(out)
 

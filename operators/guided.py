@@ -31,7 +31,7 @@ from genomes import GeneSpace, Genome
 from genomes.genes import Choice
 from operators.candidate import Candidate
 from operators.evidence import Evidence
-from operators.proposal import Proposal
+from operators.proposal import Proposal, Proposer, Request
 
 RULES_DIR = Path(__file__).resolve().parent / "rules"
 
@@ -129,7 +129,7 @@ def _feature_names(space: GeneSpace) -> list[str]:
 
 
 @dataclass
-class GuidedOperator:
+class GuidedOperator(Proposer):
     space: GeneSpace
     rules: tuple[Rule, ...]
     metric: str = "geomean_speedup"
@@ -185,6 +185,18 @@ class GuidedOperator:
                 return Proposal(op, parent.key, "repaired", "; ".join(problems)[:500], cand, rule.why, changes)
             return Proposal(op, parent.key, "valid", "", cand, rule.why, changes)
         return Proposal(self.name, parent.key, "duplicate", "; ".join(tried)[:500])
+
+
+    def propose_many(self, requests: Sequence[Request], rng: random.Random, taken: Collection[str] = (),
+                     context: str = "") -> list[Proposal]:
+        taken = set(taken)
+        out = []
+        for req in requests:
+            p = self.propose(req.parent, rng, taken)
+            if p.candidate is not None:
+                taken.add(p.candidate.key)
+            out.append(p)
+        return out
 
 
 def genome_of(space: GeneSpace, ev: Evaluation) -> Genome | None:

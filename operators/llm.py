@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
 from fitness.raw import LaunchSpec, RawSource
-from fitness.records import Evaluation
-from genomes import GeneSpace, Genome
+from genomes import GeneSpace
 from operators.candidate import Candidate
 from operators.evidence import Evidence
-from operators.proposal import Proposal
+from operators.proposal import Proposal, Proposer, Request
 from operators.source_edit import RegionError, family_regions, parent_launch, region_text, replace_region
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
@@ -196,13 +195,10 @@ def write_transcript(exchanges: Sequence[Mapping[str, Any]], path: str | Path, n
 
 # -- the operator -------------------------------------------------------------------------------
 
-@dataclass
-class LLMRequest:
-    parent: Evaluation
-    genome: Genome
+LLMRequest = Request          # one parent to propose from (operators.proposal.Request)
 
 
-class LLMOperator:
+class LLMOperator(Proposer):
     """Proposals from a chat endpoint (or a transcript), within a token and money budget."""
 
     name = "llm"
@@ -281,7 +277,7 @@ class LLMOperator:
 
     # -- asking ---------------------------------------------------------------------------
     def propose_many(self, requests: Sequence[LLMRequest], rng: random.Random, taken: Collection[str] = (),
-                     lessons: str = "") -> list[Proposal]:
+                     context: str = "") -> list[Proposal]:
         """One proposal per request, in order; requests go out `concurrency` at a time while the
         budget lasts (the rest: outcome "skipped")."""
         out: list[Proposal] = []
@@ -296,7 +292,7 @@ class LLMOperator:
             prepared = []
             for req in wave:
                 index = len(self.exchanges) + len(prepared)
-                msgs, region = self.messages(req, index, lessons)
+                msgs, region = self.messages(req, index, context)
                 prepared.append((req, index, msgs, region, prompt_sha(msgs, self.s.model)))
             answers = self._ask([(idx, msgs, sha) for _, idx, msgs, _, sha in prepared])
             for (req, index, msgs, region, sha), ex in zip(prepared, answers):

@@ -16,8 +16,10 @@ duplicate one is evidence too:
 
 from __future__ import annotations
 
+import abc
+import random
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping, Sequence
 
 from operators.candidate import Candidate
 
@@ -55,8 +57,29 @@ class Proposal:
                 else ("source" if self.operator.endswith(":source") else "genes")}
 
 
+@dataclass(frozen=True)
+class Request:
+    """One parent to propose from: its evaluation (the evidence) and its genome."""
+
+    parent: Any                          # fitness.records.Evaluation
+    genome: Any                          # genomes.Genome
+
+
+class Proposer(abc.ABC):
+    """The proposer contract (guided rules, an LLM, ...): one Proposal per request, in order, never
+    raising for a bad parent or a bad answer. `taken`: keys already judged or in the batch, which a
+    proposal must not repeat (outcome "duplicate"); `context`: what the run knows (lessons)."""
+
+    name: str = "proposer"
+
+    @abc.abstractmethod
+    def propose_many(self, requests: Sequence[Request], rng: random.Random, taken: Collection[str] = (),
+                     context: str = "") -> list[Proposal]:
+        """One Proposal per request."""
+
+
 def _plain(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
 
 
-__all__ = ["OUTCOMES", "Proposal"]
+__all__ = ["OUTCOMES", "Proposal", "Proposer", "Request"]

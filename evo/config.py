@@ -212,6 +212,9 @@ class LLMSection:
                                       "rewriting; judged only by an evaluator that takes source (evaluate_raw)")
     replay: str = _f("", doc="a transcript JSON (operators.llm.write_transcript / evo transcript) that answers "
                              "instead of an endpoint, prompt for prompt; path relative to the config file")
+    graft: float = _f(0.0, min=0.0, max=1.0, doc="share of the strategy's children that, once a region rewrite has "
+                                                 "beaten its parent, are also judged with that rewrite grafted onto "
+                                                 "them (a source candidate beside the child; needs evaluate_raw)")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from fitness.records import Status
 
-PROPOSERS = ("guided", "llm")
+PROPOSERS = ("guided", "llm", "graft")
 
 
 @dataclass

@@ -65,6 +65,11 @@ class ProposalMixer:
                           "llm": sum(1 for e in earlier if e["kind"] == "llm")}
         self._emitted = {"proposal": 0, "llm": 0}
         self.proposals: list[Proposal] = []
+        # region rewrites judged or in flight (key -> (region, parent key)), and those that beat their
+        # parent: alleles grafted onto later children ([operators.llm] graft)
+        self._source_edits: dict[str, tuple[str, str, str]] = {}
+        self.alleles: list[Any] = []
+        self.graft_rate = ops.llm.graft if ops.llm.rate > 0 else 0.0
         self.llm = None
         if ops.llm.rate > 0:
             self.llm = build_llm(cfg, space, chat=chat, family=family,
@@ -116,6 +121,8 @@ class ProposalMixer:
                 self._log_exchanges()
             for i, p in zip(asked, proposals):
                 if p.candidate is not None and p.candidate.raw is not None:
+                    if p.changes.get("region") in getattr(self.llm, "regions", {}):
+                        self._source_edits[p.candidate.key] = (p.changes["region"], p.candidate.raw.source, p.parent)
                     if not self.takes_source:
                         p = dataclasses.replace(p, outcome="skipped", candidate=None,
                                                 reason="the evaluator judges no source (it has no evaluate_raw)")
@@ -126,7 +133,50 @@ class ProposalMixer:
                 if p.candidate is not None:
                     taken.add(p.candidate.key)
                 self._log(p)
+        extra += self._grafts(candidates, out, answered, taken)
         return out + extra, len(out)
+
+    def _grafts(self, candidates: Sequence[Candidate], out: Sequence[Candidate], answered: Mapping[str, Evaluation],
+                taken: set) -> list[Candidate]:
+        """Winning region rewrites grafted onto some of the strategy's own children (beside them)."""
+        if self.graft_rate <= 0 or not self.takes_source or self.llm is None or not self.llm.source_edits:
+            return []
+        from operators.llm import declare_entry  # noqa: PLC0415
+        from operators.source_edit import SourceAllele, region_text  # noqa: PLC0415
+
+        for key, (region, source, parent) in list(self._source_edits.items()):
+            if key not in answered:
+                continue
+            del self._source_edits[key]
+            f, pf = answered[key].fitness(self.metric), answered[parent].fitness(self.metric) if parent in answered else None
+            if f is not None and pf and f > pf:
+                code = region_text(source, self.llm.regions, region)
+                self.alleles.append(SourceAllele(region, code, key, f / pf))
+        if not self.alleles:
+            return []
+        grafts = []
+        for i, c in enumerate(candidates):
+            if out[i] is not c or not _varied(c) or self.rng.random() >= self.graft_rate:
+                continue
+            allele = self.alleles[self.rng.randrange(len(self.alleles))]
+            try:
+                raw = allele.graft(self.llm.family, self.llm.family_name, c.genome, self.llm.regions,
+                                   self.llm.sample_case, self.llm.space_version, declare=declare_entry)
+            except Exception as exc:  # noqa: BLE001 - a genome whose render lacks the region gets none
+                self._log(Proposal(f"graft:{allele.region}", c.key, "invalid", f"cannot graft: {exc}"[:300]))
+                continue
+            op = f"graft:{allele.region}"
+            problems = raw.problems()
+            if problems or raw.key in taken:
+                why = "; ".join(problems) if problems else f"source {raw.key} is judged already"
+                self._log(Proposal(op, c.key, "invalid" if problems else "duplicate", why[:300],
+                                   changes={"region": allele.region, "allele": allele.key}))
+                continue
+            cand = Candidate(c.genome, (c.key, allele.key), op, raw=raw)
+            taken.add(cand.key)
+            grafts.append(cand)
+            self._log(Proposal(op, c.key, "valid", "", cand, raw.note, {"region": allele.region, "allele": allele.key}))
+        return grafts
 
     def _parent(self, c: Candidate, answered: Mapping[str, Evaluation]) -> Evaluation | None:
         """The child's best judged parent (a crossover has two)."""

@@ -115,4 +115,29 @@ def parent_launch(family: Any, family_name: str, genome: Any, case: Case | None,
     return ParentLaunch(family=family_name, space_version=space_version, genes=tuple(genome.as_dict().items()), kernel=kernel)
 
 
-__all__ = ["ParentLaunch", "RegionError", "family_regions", "parent_launch", "region_text", "replace_region"]
+@dataclass(frozen=True)
+class SourceAllele:
+    """A region rewrite that beat its parent on the judge, kept so it can be grafted onto other
+    genomes (the run's way to recombine a winning source edit with the GA's genes)."""
+
+    region: str
+    code: str
+    key: str                                 # the raw candidate it came from
+    gain: float                              # its fitness over its parent's
+
+    def graft(self, family: Any, family_name: str, genome: Any, regions: Mapping[str, Mapping[str, str]],
+              case: Case | None, space_version: str = "", declare: Any = None) -> Any:
+        """A RawSource: `genome`'s rendered source with this region replaced, `genome`'s launch."""
+        from fitness.raw import RawSource  # noqa: PLC0415
+
+        source = replace_region(family.render(genome), regions, self.region, self.code)
+        launch = parent_launch(family, family_name, genome, case, space_version)
+        if declare is not None:
+            source = declare(source, launch.kernel)
+        return RawSource(family=family_name, source=source, launch=launch, flags=tuple(family.compile_flags(genome)),
+                         origin=f"graft:{self.key}", parent=genome.key,
+                         note=f"region {self.region} of {self.key} ({self.gain:.3f}x its parent) grafted")
+
+
+__all__ = ["ParentLaunch", "RegionError", "SourceAllele", "family_regions", "parent_launch", "region_text",
+           "replace_region"]

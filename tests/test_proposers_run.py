@@ -218,3 +218,28 @@ def test_source_proposals_are_skipped_when_the_evaluator_takes_no_source(httpser
     assert all(not r.operator.endswith(":source") for r in store.records("r1"))
     # without evaluate_raw the prompt offers no region to rewrite
     assert all("Editable regions" not in e["messages"][1]["content"] for e in store.events("r1", "llm"))
+
+
+def test_a_winning_region_rewrite_is_grafted_onto_later_children(httpserver, monkeypatch):
+    monkeypatch.setenv("EVO_TEST_LLM_KEY", KEY)
+    script = [("json", completion(source_answer(GOOD_RSQRT)))] + \
+             [("json", completion(genes_answer({"unroll": u}))) for u in (1, 2, 3, 4)] * 6
+    endpoint = ScriptedEndpoint(script)
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(endpoint)
+    cfg = rmsnorm_cfg(httpserver.url_for("/v1"), evaluations=30).with_overrides({"operators.llm.graft": 1.0,
+                                                                                 "operators.llm.rate": 0.3})
+    judge = RawJudgeDouble(fitness_of=fitness_of)       # the rewrite's verdict (2.0) beats every genome
+    store = open_store("memory://")
+    run_once(cfg, store, evaluator=judge)
+    records = store.records("r1")
+    winner = next(r for r in records if r.operator == "llm:source")
+    grafts = [r for r in records if r.operator == "graft:rsqrt"]
+    assert winner.status.value == "OK" and grafts
+    by_key = {raw.key: raw for raw in judge.raw_seen}
+    for g in grafts:
+        raw = by_key[g.key]
+        child, allele = g.parents
+        assert allele == winner.key and raw.parent == child and raw.origin == f"graft:{winner.key}"
+        assert "fmaf(-0.5f * v * r, r, 1.5f)" in raw.source
+    props = [p for p in store.events("r1", "proposal") if p["operator"].startswith("graft")]
+    assert props and all(p["edit"] == "source" for p in props if p["outcome"] == "valid")

@@ -157,6 +157,11 @@ def _add_device_args(p: argparse.ArgumentParser, unit: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:
+        # a run records everything evaluated and says how to resume (evo.session); the other commands
+        # (report, export, table, playoff, ab) stop here: the latter three wrote their files after every step
+        print("\ninterrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (`evo status RUN | head`): stop quietly, as a killed pipe writer would
         try:

@@ -135,3 +135,14 @@ def test_progress_is_periodic_lines_when_not_a_terminal():
     p.advance()
     p.close()
     assert quiet.getvalue().count("\n") == 1      # only the closing line within the period
+
+
+def test_ctrl_c_outside_a_run_is_exit_130_without_a_traceback(monkeypatch, capsys):
+    import evo.session
+    from evo.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(evo.session, "report_run", interrupted)
+    assert main(["report", "x", "--out", "y"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"

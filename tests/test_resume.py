@@ -41,6 +41,7 @@ latency_s = 0.02
 
 [output]
 progress = false
+report = false                 # what resume must reproduce is the records; figures only cost time here
 """
 
 

@@ -3,9 +3,9 @@
 Baselines are timed on the job's own fresh inputs, so their outputs are checked against the
 float64 reference in every job (their last timed result on the first input set, against the
 reference the candidate's last launch there is judged by), not once per case for the life of a
-worker. A prepared callable is bound to the input buffers of its set and kept
-while those buffers are; what cannot change between jobs (not importable, does not support the
-case) is remembered.
+worker. Callables are prepared anew in every job (found by this very check: torch's adapter casts
+the weight once when prepared, so a callable kept from an earlier job normalised by an old weight);
+what cannot change between jobs (not importable, does not support the case) is remembered.
 """
 
 from __future__ import annotations
@@ -75,13 +75,13 @@ def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mappi
                 cache.lasting[name] = notes[name] = "not importable here"
                 continue
             for s, dev in enumerate(sets):
-                fn = cache.runs.get((name, s))
+                # prepared anew in every job: a baseline may copy what it needs at prepare time
+                # (torch's casts its weight once), and the inputs are new in every job
+                fn = b.prepare(case, dev)
                 if fn is None:
-                    fn = b.prepare(case, dev)
-                    if fn is None:
-                        cache.lasting[name] = notes[name] = "does not support this case"
-                        raise LookupError
-                    cache.runs[(name, s)] = fn
+                    cache.lasting[name] = notes[name] = "does not support this case"
+                    raise LookupError
+                cache.runs[(name, s)] = fn
                 result = fn()                               # trial run: compiles, warms up, may raise
                 backend.synchronize(600.0)
                 del result

@@ -125,7 +125,10 @@ class CupyBackend:
 
     def prepare_kernel(self, kernel: Any, launch: Launch) -> None:
         drv = self.cp.cuda.driver
-        if launch.shared_bytes > STATIC_SMEM_LIMIT:
+        if launch.shared_bytes > 0:
+            # opt in for any dynamic shared memory: static + dynamic over 48 KiB needs it, and the
+            # static part is the kernel's (48 KiB of dynamic beside a few static bytes was refused
+            # with CUDA_ERROR_INVALID_VALUE, found by the CHECK widths of session 10)
             drv.funcSetAttribute(kernel.ptr, 8, int(launch.shared_bytes))   # MAX_DYNAMIC_SHARED_SIZE_BYTES
         compiled = tuple(int(drv.funcGetAttribute(a, kernel.ptr)) for a in (11, 12, 13))  # REQUIRED_CLUSTER_*
         wanted = tuple(int(c) for c in launch.cluster)

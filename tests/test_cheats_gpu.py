@@ -34,7 +34,7 @@ LAUNCH = LaunchSpec(kernel="rmsnorm_fwd", grid=("M", 1, 1), block=(256, 1, 1),
                     args=("x", "w", "y", "null", "i32:M", "i32:N", "f32:eps"),
                     when="dtype == 'bf16' and weight_dtype == 'fp32'")
 
-# kernel -> (expected statuses, evidence words, the hole it was written against)
+# kernel -> (expected statuses, evidence words ("a|b": either), the hole it was written against)
 EXPECTED: dict[str, tuple[set[Status], tuple[str, ...], str]] = {
     "good": ({Status.OK}, (), "honest"),
     "partial_write": ({Status.WRONG_RESULT}, ("not written",), "skips the last column"),
@@ -49,14 +49,14 @@ EXPECTED: dict[str, tuple[set[Status], tuple[str, ...], str]] = {
     "fault": ({Status.RUNTIME_ERROR}, (), "stores through a wild pointer"),
     # adaptive cheats, one per hole of the earlier judge
     "compute_if_poisoned": ({Status.OK}, (), "only unchecked timed launches found a stale output"),
-    "skip_alternate_launches": ({Status.WRONG_RESULT}, ("timed launches",), "unchecked timed launches were never judged"),
+    "skip_alternate_launches": ({Status.WRONG_RESULT}, ("not written",), "unchecked timed launches were never judged"),
     "memo_by_content": ({Status.INVALID}, ("__device__ state",), "timing inputs never changed"),
     "rows_16bit": ({Status.WRONG_RESULT}, ("not written",), "no case had more rows than the benchmark"),
     "offsets_32bit": ({Status.WRONG_RESULT, Status.RUNTIME_ERROR}, (), "no tensor had more than 2**31 elements"),
     "pow2_widths_only": ({Status.WRONG_RESULT}, ("not written",), "long rows verified only at powers of two"),
     "ignores_eps": ({Status.WRONG_RESULT}, ("reference",), "eps never mattered"),
-    "bf16_accumulate": ({Status.WRONG_RESULT}, ("reference",), "low-precision sums passed the CHECK stage"),
-    "newton_nonfinite": ({Status.WRONG_RESULT}, ("non-finite",), "inf rows were never checked"),
+    "bf16_accumulate": ({Status.WRONG_RESULT}, ("relative L2|reference",), "low-precision sums passed the CHECK stage"),
+    "newton_nonfinite": ({Status.WRONG_RESULT}, ("nonfinite",), "inf rows were never checked"),
     "far_write": ({Status.WRONG_RESULT}, ("out-of-bounds",), "guards saw only 64 KiB past an output"),
 }
 
@@ -161,8 +161,8 @@ def test_every_cheat_is_caught(tmp_path):
             failures.append(f"{name}: expected {sorted(s.value for s in expected)}, got {ev.status.value}: "
                             f"{evidence[:500]}")
             continue
-        for word in words:
-            if word not in evidence:
+        for word in words:                       # "a|b": either
+            if not any(w in evidence for w in word.split("|")):
                 failures.append(f"{name}: {ev.status.value} but the evidence lacks {word!r}: {evidence[:500]}")
         assert ev.artifacts.get("raw_source", "").startswith("// cheat suite kernel"), name
     _write_summary(rows)

@@ -52,6 +52,7 @@ def main() -> int:
                     help="also judge every genome with this one gene changed, where that is a valid genome "
                          "(e.g. inf_safe=true)")
     ap.add_argument("--start", type=int, default=0, help="skip the first N genomes (split over calls)")
+    ap.add_argument("--keys", default="", help="comma-separated key prefixes: judge only these genomes")
     ap.add_argument("--dump", default="", help="also write the evaluations as an `evo dump` replay table")
     ap.add_argument("--config", default="experiments/rmsnorm_fwd_h200.toml",
                     help="the experiment config the dump names (its settings describe the judge)")
@@ -86,6 +87,9 @@ def main() -> int:
                 seen.add(v.key)
                 genomes.append(v)
     genomes = genomes[args.start:]
+    if args.keys:
+        wanted = [k.strip() for k in args.keys.split(",") if k.strip()]
+        genomes = [g for g in genomes if any(g.key.startswith(k) for k in wanted)]
     if args.limit:
         genomes = genomes[:args.limit]
     evaluations = []

@@ -39,7 +39,9 @@ def summarize(before: dict, after: dict) -> dict:
         })
     # the first genome of each judge pays the worker's one-time start (cupy kernel compiles):
     # medians over the rest
-    warm = [r for r in rows if r["key"] in both][1:]
+    first = {before["genomes"][0]["key"], after["genomes"][0]["key"]} if before["genomes"] and after["genomes"] else set()
+    warm = [r for r in rows if r["key"] in both and r["key"] not in first
+            and (r["bench_s_after"] or 0) > 0 and (r["bench_s_before"] or 0) > 0]
 
     def med(key: str) -> float | None:
         vals = [r[key] for r in warm if r[key] is not None]
@@ -47,7 +49,7 @@ def summarize(before: dict, after: dict) -> dict:
 
     out = {
         "device": after.get("device"), "matrix": after.get("matrix"), "genomes": len(rows),
-        "compared": len(both), "failing_now": [r["key"] for r in rows if r["status"] != "OK"],
+        "compared": len(warm), "failing_now": [r["key"] for r in rows if r["status"] != "OK"],
         "median_gpu_s_before": med("gpu_s_before"), "median_gpu_s_after": med("gpu_s_after"),
         "median_check_s_before": med("check_s_before"), "median_check_s_after": med("check_s_after"),
         "median_bench_s_before": med("bench_s_before"), "median_bench_s_after": med("bench_s_after"),
@@ -70,8 +72,8 @@ def markdown(s: dict, cmd: str) -> str:
              f"Made by: `{cmd}`.", "",
              f"- Genomes: {s['genomes']}; failing under the hardened judge: "
              f"{', '.join(k[:8] for k in s['failing_now']) or 'none'}.",
-             f"- GPU seconds per candidate (median over {s['compared'] - 1} genomes, the first of each judge left "
-             f"out: it pays the worker's start): before {f(s['median_gpu_s_before'])} (CHECK "
+             f"- GPU seconds per candidate (median over the {s['compared']} genomes both judges timed on all cases, "
+             f"the first of each judge left out: it pays the worker's start): before {f(s['median_gpu_s_before'])} (CHECK "
              f"{f(s['median_check_s_before'])}, BENCH {f(s['median_bench_s_before'])}), after "
              f"{f(s['median_gpu_s_after'])} (CHECK {f(s['median_check_s_after'])}, BENCH "
              f"{f(s['median_bench_s_after'])}); ratio {f(s.get('cost_ratio'))}; CHECK share after "

@@ -192,7 +192,7 @@ def run_one(cubin: str, genome_json: str, big: str) -> int:
             dev["rstd"] = rs
         args = tuple(dev[a] if isinstance(a, str) else (np.uint64(0) if a is None else a) for a in launch.args)
         fn = mod.get_function(launch.kernel)
-        if launch.shared_bytes > 48 * 1024:
+        if launch.shared_bytes > 0:       # static + dynamic over 48 KiB needs the opt-in
             fn.max_dynamic_shared_size_bytes = launch.shared_bytes
         try:
             fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)

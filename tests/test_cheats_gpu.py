@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from fitness import dtypes, verify
-from fitness.family import KERNELS_DIR, Tolerance, import_sibling
+from fitness.family import KERNELS_DIR, Tolerance
 from fitness.raw import LaunchSpec, RawSource
 from fitness.records import Status
 
@@ -67,9 +67,15 @@ def _bf16_family():
     return type(load_family("rmsnorm"))(dtypes=("bf16",))
 
 
+def source(name: str) -> str:
+    """The kernel's file with the suite's shared prelude (prelude.cuh) after its first line: one
+    self-contained source, as a raw candidate must be."""
+    first, rest = (RAW / f"{name}.cu").read_text().split("\n", 1)
+    return first + "\n" + (RAW / "prelude.cuh").read_text() + rest
+
+
 def raw(name: str) -> RawSource:
-    return RawSource(family="rmsnorm", source=(RAW / f"{name}.cu").read_text(), launch=LAUNCH, origin="test",
-                     note=EXPECTED[name][2])
+    return RawSource(family="rmsnorm", source=source(name), launch=LAUNCH, origin="test", note=EXPECTED[name][2])
 
 
 def test_the_suite_is_complete():
@@ -81,6 +87,16 @@ def test_the_suite_is_complete():
         launch = LAUNCH.resolve(case)
         ins, outs = family.io(case)
         assert launch is not None and {a for a in launch.args if isinstance(a, str)} <= set(ins) | set(outs), case.id
+
+
+def test_every_suite_kernel_compiles_for_sm90a_but_the_one_that_must_not(tmp_path):
+    from fitness.compile import Compiler
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    names = list(EXPECTED)
+    results = Compiler(tmp_path / "cc", arch="sm_90a").compile_many([(source(n), ()) for n in names])
+    for name, r in zip(names, results):
+        assert r.ok == (name != "too_much_smem"), (name, r.log[-500:])
 
 
 def test_device_state_and_runtime_calls_are_refused_before_any_gpu_time(tmp_path):
@@ -226,9 +242,10 @@ def test_array_code_agrees_on_device_and_host():
 
 def _compile(name: str, tmp_path: Path) -> bytes:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    out = tmp_path / f"{name}.cubin"
+    out, cu = tmp_path / f"{name}.cubin", tmp_path / f"{name}.cu"
+    cu.write_text(source(name))
     subprocess.run([nvcc, "-cubin", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17",
-                    "-o", str(out), str(RAW / f"{name}.cu")], check=True, capture_output=True, text=True)
+                    "-o", str(out), str(cu)], check=True, capture_output=True, text=True)
     return out.read_bytes()
 
 

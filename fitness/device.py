@@ -132,6 +132,12 @@ def resolve_args(launch: Launch, buffers: Mapping[str, Any]) -> list[Any]:
     return out
 
 
+def as_launches(launch: Launch | Sequence[Launch]) -> tuple[Launch, ...]:
+    """A case's launch as the sequence the family gives: one Launch, or several run in order
+    (e.g. a kernel writing partial sums into a workspace, then one reducing them)."""
+    return (launch,) if isinstance(launch, Launch) else tuple(launch)
+
+
 def distributions(family: KernelFamily) -> tuple[str, ...]:
     d = tuple(getattr(family, "distributions", DISTRIBUTIONS) or DISTRIBUTIONS)
     return d if len(d) >= 2 else d + d
@@ -283,7 +289,7 @@ class DeviceRunner:
 
     # -- one case ---------------------------------------------------------------------------------
     def _run_case(self, job: Job, family: KernelFamily, module: Any, kernels: dict[str, Any], idx: int,
-                  case: Case, launch: Launch) -> _CaseOutcome:
+                  case: Case, launch: Launch | Sequence[Launch]) -> _CaseOutcome:
         params = dict(case.params)
 
         def fail(status: Status, msg: str, **kw: Any) -> _CaseOutcome:
@@ -293,30 +299,41 @@ class DeviceRunner:
                                 context_lost=lost, internal_error=internal)
 
         timing = job.timing or TimingConfig()
-        problem = launch_problem(launch, max_threads=getattr(self.backend, "max_threads", 1024),
-                                 max_smem=getattr(self.backend, "max_smem_optin", 227 * 1024))
-        if problem:
-            return fail(Status.INVALID, problem)
+        launches = as_launches(launch)
+        if not launches:
+            return fail(Status.INVALID, "launch() gave an empty sequence of launches")
+        for i, one in enumerate(launches):
+            problem = launch_problem(one, max_threads=getattr(self.backend, "max_threads", 1024),
+                                     max_smem=getattr(self.backend, "max_smem_optin", 227 * 1024))
+            if problem:
+                return fail(Status.INVALID, problem if len(launches) == 1 else f"launch {i + 1} of {len(launches)}: {problem}")
         try:
-            kernel = kernels.get(launch.kernel)
-            if kernel is None:
-                try:
-                    kernel = self.backend.get_kernel(module, launch.kernel)
-                except Exception as exc:  # noqa: BLE001
-                    if self.backend.cuda_status(exc) is None:
-                        raise
-                    return fail(Status.INVALID, f"kernel {launch.kernel!r} is not in the cubin ({exc})")
-                kernels[launch.kernel] = kernel
-            self.backend.prepare_kernel(kernel, launch)
+            steps: list[tuple[Any, Launch]] = []
+            for one in launches:
+                kernel = kernels.get(one.kernel)
+                if kernel is None:
+                    try:
+                        kernel = self.backend.get_kernel(module, one.kernel)
+                    except Exception as exc:  # noqa: BLE001
+                        if self.backend.cuda_status(exc) is None:
+                            raise
+                        return fail(Status.INVALID, f"kernel {one.kernel!r} is not in the cubin ({exc})")
+                    kernels[one.kernel] = kernel
+                self.backend.prepare_kernel(kernel, one)
+                steps.append((kernel, one))
             ins, outs = family.io(case)
-            verdict = self._verify(job, family, case, idx, kernel, launch, ins, outs, timing)
+            scratch = dict(getattr(family, "workspace", lambda c: {})(case) or {})
+            clash = sorted(set(scratch) & (set(ins) | set(outs)))
+            if clash:
+                raise ValueError(f"workspace buffers {clash} share names with the case's inputs or outputs")
+            verdict = self._verify(job, family, case, idx, steps, ins, outs, scratch, timing)
             if isinstance(verdict, str):
                 return fail(Status.WRONG_RESULT, verdict)
             max_err, rel = verdict
             if job.stage != BENCH:                   # CHECK and VERIFY jobs end here
                 return _CaseOutcome(CaseResult(case=case.id, status=Status.OK, params=params,
                                                max_abs_err=max_err, rel_l2_err=rel))
-            return self._bench(job, family, case, kernel, launch, ins, outs, timing, max_err, rel)
+            return self._bench(job, family, case, steps, ins, outs, scratch, timing, max_err, rel)
         except LaunchInvalid as exc:
             return fail(Status.INVALID, str(exc))
         except KernelTimeout as exc:
@@ -368,17 +385,19 @@ class DeviceRunner:
         return {k: self.xp.asarray(v) for k, v in family.reference(case, source).items()}, None
 
     def _judge(self, family: KernelFamily, case: Case, source: Mapping[str, Any], outputs: Mapping[str, GuardedBuffer],
-               tols: Mapping[str, Any], rng: np.random.Generator) -> tuple[str | None, float | None, float | None]:
+               tols: Mapping[str, Any], rng: np.random.Generator,
+               scratch: Sequence[str] = ()) -> tuple[str | None, float | None, float | None]:
         refs, sampled = self._references(family, case, source, rng)
         try:
-            return judge_outputs(outputs, refs or {}, tols, sampled=sampled)
+            return judge_outputs(outputs, refs or {}, tols, sampled=sampled, scratch=scratch)
         finally:
             del refs, sampled
 
     # -- verification ------------------------------------------------------------------------------
-    def _launch_and_wait(self, kernel: Any, launch: Launch, buffers: Mapping[str, Any], timeout_s: float) -> None:
-        args = resolve_args(launch, buffers)
-        self.backend.launch(kernel, launch, args)
+    def _launch_and_wait(self, steps: Sequence[tuple[Any, Launch]], buffers: Mapping[str, Any], timeout_s: float) -> None:
+        args = [resolve_args(launch, buffers) for _, launch in steps]
+        for (kernel, launch), a in zip(steps, args):
+            self.backend.launch(kernel, launch, a)
         self.backend.wait(self.backend.record(), timeout_s)
 
     def _verify_buffers(self, ins: Mapping[str, BufferSpec],
@@ -406,13 +425,14 @@ class DeviceRunner:
             return [(d[0], 1), (d[0], 2), (d[1], 1), (d[1], 2)]
         return [(d[0], 1), (d[1], 2)]
 
-    def _verify(self, job: Job, family: KernelFamily, case: Case, idx: int, kernel: Any, launch: Launch,
-                ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec],
+    def _verify(self, job: Job, family: KernelFamily, case: Case, idx: int, steps: Sequence[tuple[Any, Launch]],
+                ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], scratch: Mapping[str, BufferSpec],
                 timing: TimingConfig) -> str | tuple[float | None, float | None]:
-        """A failure message, or (max_abs_err, rel_l2) of the first output over all rounds."""
+        """A failure message, or (max_abs_err, rel_l2) of the first output over all rounds.
+        Workspace buffers (`scratch`) are poisoned and guarded like outputs, never judged."""
         rng = np.random.default_rng([int(job.seed) & 0xFFFFFFFFFFFF, idx])
         tols = family.tolerances(case)
-        dev_in, out_bufs = self._verify_buffers(ins, outs)
+        dev_in, out_bufs = self._verify_buffers(ins, {**outs, **scratch})
         buffers = dict(dev_in)
         buffers.update({n: b.data for n, b in out_bufs.items()})
         worst_err: float | None = None
@@ -422,14 +442,15 @@ class DeviceRunner:
             before = {n: a.copy() for n, a in dev_in.items()}
             for b in out_bufs.values():
                 b.poison()
-            self._launch_and_wait(kernel, launch, buffers, timing.max_case_seconds)
+            self._launch_and_wait(steps, buffers, timing.max_case_seconds)
             where = (f"{distribution} inputs, call {call}"
                      + (" (new data in the same buffers)" if call == 2 else ""))
             unchanged = verify.inputs_unchanged(before, dev_in)
             if not unchanged:
                 return f"[{where}] {unchanged.message}"
             # the reference is made only now, from the (unchanged) inputs
-            problem, err, rel = self._judge(family, case, before if source is dev_in else source, out_bufs, tols, rng)
+            problem, err, rel = self._judge(family, case, before if source is dev_in else source, out_bufs, tols, rng,
+                                            scratch=tuple(scratch))
             if problem:
                 return f"[{where}] {problem}"
             if err is not None:
@@ -468,14 +489,14 @@ class DeviceRunner:
             total -= self._timing.pop(old_key).nbytes
         return tb
 
-    def _bench(self, job: Job, family: KernelFamily, case: Case, kernel: Any, launch: Launch,
-               ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], timing: TimingConfig,
-               max_err: float | None, rel: float | None) -> _CaseOutcome:
+    def _bench(self, job: Job, family: KernelFamily, case: Case, steps: Sequence[tuple[Any, Launch]],
+               ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], scratch: Mapping[str, BufferSpec],
+               timing: TimingConfig, max_err: float | None, rel: float | None) -> _CaseOutcome:
         """Time the candidate interleaved with the baselines on fresh inputs (fitness.timing)."""
         params = dict(case.params)
         tols = family.tolerances(case)
         self.backend.free_all()          # give the verification's blocks back (torch allocates separately)
-        tb = self._timing_buffers(job, family, case, ins, outs)
+        tb = self._timing_buffers(job, family, case, ins, {**outs, **scratch})
         seed = int(getattr(job, "timing_seed", 0) or 0)
         rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, zlib.crc32(case.id.encode())])
         dists = distributions(family)
@@ -490,7 +511,7 @@ class DeviceRunner:
             b = dict(tb.sets[s])
             b.update({n: g.data for n, g in tb.out_sets[s].items()})
             buffers.append(b)
-        args = [resolve_args(launch, b) for b in buffers]
+        args = [[resolve_args(launch, b) for _, launch in steps] for b in buffers]
         for bufs in tb.out_sets:
             for g in bufs.values():
                 g.poison()
@@ -502,7 +523,7 @@ class DeviceRunner:
 
         def judge(s: int, baseline_results: Mapping[str, Any] | None) -> str | None:
             refs, sampled = self._references(family, case, sources[s], rng)
-            problem, _, _ = judge_outputs(tb.out_sets[s], refs or {}, tols, sampled=sampled)
+            problem, _, _ = judge_outputs(tb.out_sets[s], refs or {}, tols, sampled=sampled, scratch=tuple(scratch))
             for name, result in (baseline_results or {}).items():
                 note = baseline_runs.check_result(self.xp, tb.baselines.runs[(name, 0)], result, refs, tols,
                                                   outs, name)
@@ -511,7 +532,7 @@ class DeviceRunner:
             del refs, sampled
             return problem
 
-        outcome = time_case(self.backend, kernel=kernel, launch=launch, args=args, out_sets=tb.out_sets,
+        outcome = time_case(self.backend, steps=steps, args=args, out_sets=tb.out_sets,
                             baselines=tb.baselines.runs, names=names, timing=timing, rng=rng, judge=judge,
                             deterministic=deterministic)
         if outcome.status is not Status.OK:

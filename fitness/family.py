@@ -152,9 +152,16 @@ class KernelFamily(abc.ABC):
         """CUDA C++ (with inline PTX) source for a genome. Pure: same genome, same text."""
 
     @abc.abstractmethod
-    def launch(self, genome: Genome, case: Case) -> Launch | None:
-        """Launch geometry for a case, or None when the genome cannot handle the case (then the
-        case is recorded as INVALID for this genome, never silently skipped)."""
+    def launch(self, genome: Genome, case: Case) -> Launch | Sequence[Launch] | None:
+        """Launch geometry for a case: one Launch, or several run in order and timed as one (e.g.
+        partial sums into a workspace, then their reduction); None when the genome cannot handle
+        the case (then it is recorded as unsupported for this genome, never silently skipped)."""
+
+    def workspace(self, case: Case) -> dict[str, BufferSpec]:
+        """Scratch buffers a case's launches may use (named in Launch.args like inputs and outputs):
+        poisoned before every launch sequence and guarded like outputs, never judged. A kernel
+        must write what it reads there: nothing carries over between launches."""
+        return {}
 
     def promises(self, genome: Genome) -> dict[str, Sequence[str]]:
         """SASS evidence a genome promises: {"TMA": ["UBLKCP", "UTMALDG"], ...}. A compiled

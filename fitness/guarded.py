@@ -92,8 +92,10 @@ def guards_problem(outputs: Mapping[str, GuardedBuffer]) -> str | None:
 
 def judge_outputs(outputs: Mapping[str, GuardedBuffer], refs: Mapping[str, Any],
                   tols: Mapping[str, Any], *, chunk: int = verify.DEFAULT_CHUNK,
-                  sampled: Mapping[str, tuple[Any, Any]] | None = None) -> tuple[str | None, float | None, float | None]:
-    """(problem or None, max_abs_err, rel_l2) over the outputs, guards first.
+                  sampled: Mapping[str, tuple[Any, Any]] | None = None,
+                  scratch: Any = ()) -> tuple[str | None, float | None, float | None]:
+    """(problem or None, max_abs_err, rel_l2) over the outputs, guards first (`scratch`: workspace
+    buffers among `outputs`, whose guards are checked and contents never judged).
 
     `refs`: a full float64 reference per output; or, with `sampled`, (flat indices, their float64
     reference) per output, judged by verify.check_sampled_output (every element still written
@@ -103,6 +105,8 @@ def judge_outputs(outputs: Mapping[str, GuardedBuffer], refs: Mapping[str, Any],
         return problem, None, None
     max_err = rel = None
     for name, buf in outputs.items():
+        if name in scratch:
+            continue
         if sampled is not None:
             if name not in sampled:
                 return f"the family's sampled reference has no output {name!r}", None, None

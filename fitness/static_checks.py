@@ -111,7 +111,8 @@ def _declared_dynamic_smem(limits: Mapping[str, int], family: Any, genome: Any) 
             for case in getattr(family, cases)():
                 launch = family.launch(genome, case)
                 if launch is not None:
-                    largest = max(largest, int(launch.shared_bytes))
+                    for one in ((launch,) if hasattr(launch, "shared_bytes") else launch):
+                        largest = max(largest, int(one.shared_bytes))
         except (AttributeError, NotImplementedError):
             continue
     return largest

@@ -110,12 +110,13 @@ def _fail(samples: dict[str, list[float]], status: Status, message: str, **kw: A
     return TimingOutcome(samples=samples, status=status, message=message, **kw)
 
 
-def time_case(backend: Any, *, kernel: Any, launch: Any, args: Sequence[Sequence[Any]],
+def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[Sequence[Sequence[Any]]],
               out_sets: Sequence[Mapping[str, GuardedBuffer]], baselines: Mapping[tuple[str, int], Callable[[], Any]],
               names: Sequence[str], timing: Any, rng: np.random.Generator,
               judge: Callable[[int, Mapping[str, Any] | None], str | None],
               deterministic: Sequence[str]) -> TimingOutcome:
-    """Time the candidate (`kernel` with `args[s]` writing `out_sets[s]`) and the baselines
+    """Time the candidate (`steps`: (kernel, Launch) pairs run in order between one pair of events,
+    step i with `args[s][i]`, writing `out_sets[s]`) and the baselines
     `names` (`baselines[(name, s)]`) on every input set s, in rotating interleaved rounds.
 
     `judge(s, baseline_results)` judges the outputs now in out_sets[s] (the candidate's last
@@ -166,7 +167,8 @@ def time_case(backend: Any, *, kernel: Any, launch: Any, args: Sequence[Sequence
                 start = backend.record()
                 t_host = time.perf_counter()
                 if impl == CANDIDATE:
-                    backend.launch(kernel, launch, args[s])
+                    for (kernel, launch), a in zip(steps, args[s]):
+                        backend.launch(kernel, launch, a)
                 else:
                     try:
                         result = baselines[(impl, s)]()

@@ -736,3 +736,84 @@ def test_launch_shield_grows_only_for_slow_host_calls():
     sh.update()
     assert sh.ns["slow"] == int(tmod.SHIELD_FACTOR * 100e-6 * 1e9)
     assert sh.note().startswith("launch shield: slow 150 us")
+
+
+# -- several launches per case, with a workspace ------------------------------------------------------
+class TwoStepFamily(Family):
+    """rstd into a workspace by one kernel, y from it by a second (the shape of a backward pass:
+    partials, then their reduction)."""
+
+    name = "fake_two_step"
+
+    def workspace(self, case):
+        return {"scratch": dev.BufferSpec((case.params["M"],), "float32")}
+
+
+TWO_STEP = TwoStepFamily(dtypes=("bf16",))
+
+
+def k_rstd_to_scratch(be, launch, args):
+    x, w, scratch = args
+    scratch[...] = _compute(x, w)[1]
+
+
+def k_y_from_scratch(be, launch, args):
+    x, w, y, scratch = args
+    xf = dtypes.to_float64(x, "bf16").astype(np.float32)
+    y[...] = dtypes.quantize((xf * scratch[:, None] * w[None, :]).astype(np.float32), "bf16")
+
+
+class TwoStepBackend(FakeBackend):
+    def load(self, cubin):
+        return dict(self.kernels)
+
+
+def _two_step_job(stage, cases, **timing):
+    steps = lambda c: (Launch("rstd", (c.params["M"], 1, 1), (256, 1, 1), ("x", "w", "scratch")),   # noqa: E731
+                       Launch("y", (c.params["M"], 1, 1), (256, 1, 1), ("x", "w", "y", "scratch")))
+    t = TimingConfig(reps=timing.pop("reps", 6), warmup=2, baselines=(), **timing)
+    return Job(job_id=f"two-{stage}", key="two", stage=stage, family="fake_two_step", family_root="fake_root",
+               cubin=b"two", cases=tuple(cases), launches={c.id: steps(c) for c in cases}, seed=5, timing=t)
+
+
+def _two_step_runner(kernels):
+    r = dev.DeviceRunner(0, backend=TwoStepBackend(kernels, l2_bytes=1 << 22))
+    r._families[("fake_two_step", "fake_root")] = TWO_STEP
+    return r
+
+
+def test_a_case_may_run_several_launches_with_a_workspace():
+    cases = [TWO_STEP.make_case(7, 520, "bf16"), TWO_STEP.make_case(3, 1000, "bf16")]
+    r = _two_step_runner({"rstd": k_rstd_to_scratch, "y": k_y_from_scratch})
+    res = r.run(_two_step_job(CHECK, cases))
+    assert res.status is Status.OK, res.message
+    r.backend.launches = 0
+    res = r.run(_two_step_job(BENCH, cases[:1]))
+    assert res.status is Status.OK and res.cases[0].time_us > 0, res.message
+    assert r.backend.launches >= 2 * (2 + 6)                  # both kernels in every verified and timed launch
+
+
+def test_a_second_kernel_cannot_live_off_a_stale_workspace():
+    """The first kernel computes only once; the second keeps reading what is in the workspace:
+    the workspace is poisoned before every launch sequence, so that fails at once."""
+    calls = {"n": 0}
+
+    def k_rstd_once(be, launch, args):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            k_rstd_to_scratch(be, launch, args)
+
+    r = _two_step_runner({"rstd": k_rstd_once, "y": k_y_from_scratch})
+    res = r.run(_two_step_job(CHECK, [TWO_STEP.make_case(7, 520, "bf16")]))
+    assert res.status is Status.WRONG_RESULT and "call 2" in res.message, res.message
+
+
+def test_a_workspace_named_like_an_output_is_a_family_bug():
+    class Clash(TwoStepFamily):
+        def workspace(self, case):
+            return {"y": dev.BufferSpec((case.params["M"],), "float32")}
+
+    r = _two_step_runner({"rstd": k_rstd_to_scratch, "y": k_y_from_scratch})
+    r._families[("fake_two_step", "fake_root")] = Clash(dtypes=("bf16",))
+    res = r.run(_two_step_job(CHECK, [TWO_STEP.make_case(7, 520, "bf16")]))
+    assert res.status is Status.RUNTIME_ERROR and res.extra.get("internal_error") and "share names" in res.message

@@ -179,6 +179,15 @@ class KernelFamily(abc.ABC):
     def baselines(self) -> list[Baseline]:
         return []
 
+    def export_templates(self) -> Path | None:
+        """The folder of the family's export templates (`evo export`: __init__.py.tmpl,
+        bench.py.tmpl, test_pkg.py.tmpl, and the README's usage.md.tmpl / files.md.tmpl): by
+        default `export/` beside the family's file; None when there is none."""
+        module = sys.modules.get(type(self).__module__)
+        path = getattr(module, "__file__", None)
+        folder = Path(path).resolve().parent / "export" if path else None
+        return folder if folder is not None and folder.is_dir() else None
+
     def export_launch_source(self) -> str | None:
         """Python source of a standalone module (standard library only) defining
         `launch(genome, **case_params) -> dict | None` with the keys kernel, grid, block,

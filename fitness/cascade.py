@@ -65,6 +65,8 @@ class Settings:
     bench_cases: tuple[Case, ...]
     check_cases: tuple[Case, ...] = ()
     bytes_moved: Mapping[str, int] = field(default_factory=dict)   # case id -> fewest bytes
+    flops: Mapping[str, int] = field(default_factory=dict)         # case id -> fewest flops (0: none)
+    peak_tflops: float | None = None                               # tensor-core peak of the target
     baseline: str = "torch"
     baselines: tuple[str, ...] = ("torch",)
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -600,7 +602,8 @@ def finalize(c: Candidate, settings: Settings) -> Evaluation:
                                  copy_ceiling_tbps=c.copy_ceiling_tbps, other_baselines=settings.baselines,
                                  unsupported=sum(map(is_unsupported, cases)),
                                  unsupported_speedup=settings.unsupported_speedup)
-        suspects = obj.suspect_cases(cases, settings.bytes_moved, c.copy_ceiling_tbps, settings.suspect_slack)
+        suspects = obj.suspect_cases(cases, settings.bytes_moved, c.copy_ceiling_tbps, settings.suspect_slack,
+                                     flops=settings.flops, peak_tflops=settings.peak_tflops)
     status = Status.OK if c.alive else c.status
     assert status is not None
     if c.alive:
@@ -620,7 +623,7 @@ def finalize(c: Candidate, settings: Settings) -> Evaluation:
         artifacts["truncated"] = c.truncated
     if suspects:
         artifacts["suspect_cases"] = to_json(suspects)
-        message = one_line(f"SUSPECT (faster than the copy ceiling on {', '.join(suspects[:3])}"
+        message = one_line(f"SUSPECT (faster than the roofline on {', '.join(suspects[:3])}"
                            f"{'...' if len(suspects) > 3 else ''}); {message}")
     return Evaluation(key=c.genome.key, genome=c.genome.as_dict(), space=c.genome.space, status=status,
                       objectives=objectives, cases=tuple(cases), artifacts=artifacts,

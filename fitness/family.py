@@ -131,6 +131,8 @@ class KernelFamily(abc.ABC):
         """The fewest bytes the operation must move through device memory."""
 
     def flops(self, case: Case) -> int:
+        """The fewest floating-point operations the operation must do (0: not counted). With
+        bytes_moved, the roofline: a result faster than flops / tensor-core peak is suspect."""
         return 0
 
     def reference_sample(self, case: Case, inputs: Mapping[str, Any],

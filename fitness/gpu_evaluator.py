@@ -125,6 +125,8 @@ class GPUEvaluator(Evaluator):
             family=family, family_name=family.name or root.name, family_root=str(root),
             bench_cases=bench, check_cases=tuple(family.check_cases()) if check else (),
             bytes_moved={c.id: int(family.bytes_moved(c)) for c in bench},
+            flops={c.id: int(family.flops(c)) for c in bench},
+            peak_tflops=obj.TENSOR_PEAK_TFLOPS.get(arch),
             baseline=baseline, baselines=tuple(names), timing=timing, check=check, seed=seed,
             timeout_s=self.timeout_s, bench_case_timeout_s=bench_case_timeout_s,
             hopeless_below=hopeless_below, hopeless_cases=hopeless_cases, hopeless_group=hopeless_group or None,

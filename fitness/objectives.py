@@ -148,10 +148,28 @@ def is_suspect(case: CaseResult, bytes_moved: int | None, copy_ceiling_tbps: flo
     return tbps(bytes_moved, case.time_us) > copy_ceiling_tbps * slack
 
 
+#: dense tensor-core peaks by target (TFLOP/s, bf16/fp16 inputs, fp32 accumulate; datasheet
+#: figures for the SXM parts): a case doing its operation's fewest flops faster than this is as
+#: impossible as one moving its fewest bytes faster than a copy
+TENSOR_PEAK_TFLOPS = {"sm_90a": 989.4, "sm_90": 989.4}
+
+
+def beats_compute_peak(case: CaseResult, flops: int | None, peak_tflops: float | None, slack: float = 1.02) -> bool:
+    """True when the case did its `flops` faster than `peak_tflops` allows (by more than `slack`)."""
+    if not flops or not peak_tflops or case.time_us is None or not math.isfinite(case.time_us):
+        return False
+    return case.time_us <= 0 or flops / (case.time_us * 1e-6) / 1e12 > peak_tflops * slack
+
+
 def suspect_cases(cases: Iterable[CaseResult], bytes_moved: BytesMoved, copy_ceiling_tbps: float | None,
-                  slack: float = 1.02) -> list[str]:
+                  slack: float = 1.02, *, flops: Mapping[str, int] | None = None,
+                  peak_tflops: float | None = None) -> list[str]:
+    """Cases faster than the roofline: the family's fewest bytes over the measured copy ceiling,
+    or its fewest flops over the tensor-core peak (`flops` per case id; memory- and compute-bound
+    operations alike)."""
     return [c.case for c in cases if c.status is Status.OK
-            and is_suspect(c, _bytes(bytes_moved, c.case), copy_ceiling_tbps, slack)]
+            and (is_suspect(c, _bytes(bytes_moved, c.case), copy_ceiling_tbps, slack)
+                 or beats_compute_peak(c, (flops or {}).get(c.case), peak_tflops, slack))]
 
 
 def compute(cases: Sequence[CaseResult], baseline: str, *, bytes_moved: BytesMoved = None,

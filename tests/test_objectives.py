@@ -80,3 +80,17 @@ def test_is_suspect():
     assert not obj.is_suspect(case("x", None), 42_700_000, 4.27)
     assert obj.suspect_cases([case("a", 1.0), case("b", 100.0), case("c", 1.0, status=Status.WRONG_RESULT)],
                              {"a": 42_700_000, "b": 42_700_000, "c": 42_700_000}, 4.27) == ["a"]
+
+
+def test_a_case_faster_than_the_tensor_core_peak_is_suspect():
+    """The roofline has two sides: a compute-bound case doing its fewest flops faster than the
+    tensor-core peak is as impossible as a memory-bound one beating the copy ceiling."""
+    from fitness import objectives as o
+    from fitness.records import CaseResult, Status
+    fast = CaseResult("gemm", Status.OK, time_us=50.0)           # 1e11 flops in 50 us = 2000 TFLOP/s
+    slow = CaseResult("gemm2", Status.OK, time_us=200.0)         # 500 TFLOP/s
+    flops = {"gemm": 10**11, "gemm2": 10**11}
+    peak = o.TENSOR_PEAK_TFLOPS["sm_90a"]
+    assert o.suspect_cases([fast, slow], {}, None, flops=flops, peak_tflops=peak) == ["gemm"]
+    assert o.suspect_cases([fast, slow], {}, None) == []                     # flops not counted: no verdict
+    assert not o.beats_compute_peak(CaseResult("x", Status.OK, time_us=None), 10**11, peak)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from evo.analysis import RunFrames, case_occupancy, one_gene_occupancy, one_gene_pairs, one_gene_summary, operator_table
-from evo.dispatch import build_dispatch
+from evo.dispatch import build_dispatch, markdown_rows
+from fitness.objectives import geomean
 from fitness.records import CaseResult, Evaluation, Status
 
 
@@ -55,11 +56,6 @@ def _evaluations(frames: RunFrames) -> list[Evaluation]:
         out.append(Evaluation(key=row["key"], genome=genome, space=frames.run.get("family", ""),
                               status=Status(row["status"]), cases=crs, suspect=bool(row["suspect"])))
     return out
-
-
-def _geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0 and not math.isnan(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def _yield_section(frames: RunFrames) -> list[str]:
@@ -145,7 +141,7 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110,
                 rows.append(row)
             lines += ["### Per case", ""] + _table(head, rows) + [""]
             for b in bases:
-                gm = _geomean(list(cases[f"speedup.{b}"]))
+                gm = geomean([v for v in cases[f"speedup.{b}"] if v is not None])
                 if gm:
                     lines.append(f"Geomean speedup vs {b} over these {len(cases)} cases: {gm:.4g}x.")
             lines.append("")
@@ -160,14 +156,8 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110,
         lines += ["For each dtype and row-width range, the verified genome with the smallest geomean time "
                   "there (evo.dispatch)" + (f"; on the {len(winners)} widths the playoff `{Path(playoff).name}` "
                                             "contested, its winner (genomes judged again side by side in one "
-                                            "process, experiments/scripts/playoff.py)." if winners else "."), ""]
-        rows = []
-        for e in entries:
-            sp = _geomean([c.get("speedup") or math.nan for c in e.cases.values()])
-            rows.append([e.dtype, f"{e.n_min}..{e.n_max if e.n_max is not None else 'inf'}", f"`{e.key}`",
-                         len(e.cases), sp])
-        lines += _table(["dtype", "N range", "genome key", "cases", f"geomean speedup vs {baseline}"], rows,
-                        "---|---|---|---:|---:") + [""]
+                                            "process, `evo playoff`)." if winners else "."), ""]
+        lines += markdown_rows(entries, baseline, code=True) + [""]
         if not occupancy.empty:
             occ = occupancy.set_index(["key", "case"])
             tb = frames.cases.set_index(["key", "case"])

@@ -11,7 +11,7 @@
              status OK, objectives over the cases it ran and artifacts["truncated"] saying why.
 
 Every step takes plain inputs (genomes, `Settings`, anything with `compile_many`, anything with
-`run(jobs, timeout_s=...)`) and works on `Candidate` records; `finalize` turns a candidate into
+`run(jobs, timeout_s=...)`) and works on `Judging` records; `finalize` turns a candidate into
 its Evaluation. `run_cascade` chains the steps. Nothing here raises for a candidate's fault; a
 broken machine (no toolkit, no worker can start) still raises from the compiler or the pool.
 """
@@ -102,8 +102,9 @@ class Settings:
 
 
 @dataclass
-class Candidate:
-    """One genome on its way through the stages. `status` stays None while it is still in."""
+class Judging:
+    """One genome (or raw source) on its way through the stages: the judge's working record, not
+    the engine's proposal (operators.candidate.Candidate). `status` stays None while it is in."""
 
     genome: Genome
     started_at: float
@@ -229,7 +230,7 @@ def compile_artifacts(result: Any, problems: Sequence[str] = ()) -> dict[str, st
 
 def stage0_compile(genomes: Sequence[Genome], settings: Settings, compiler: Any, *,
                    static_problems: Callable | None = None, classify: Callable | None = None,
-                   space: Any = None, now: float | None = None) -> list[Candidate]:
+                   space: Any = None, now: float | None = None) -> list[Judging]:
     """Render every genome, compile the renderable ones in one parallel batch, run the static
     checks. Survivors carry their cubin bytes; the rest are stopped with evidence."""
     if static_problems is None or classify is None:
@@ -237,9 +238,9 @@ def stage0_compile(genomes: Sequence[Genome], settings: Settings, compiler: Any,
         static_problems = static_problems or default_problems
         classify = classify or default_classify
     started = time.time() if now is None else now
-    cands = [Candidate(genome=g, started_at=started, device=settings.device) for g in genomes]
+    cands = [Judging(genome=g, started_at=started, device=settings.device) for g in genomes]
     items: list[tuple[str, tuple[str, ...]]] = []
-    todo: list[Candidate] = []
+    todo: list[Judging] = []
     for c in cands:
         g = c.genome
         raw_problems = getattr(g, "problems", None)
@@ -276,7 +277,7 @@ def stage0_compile(genomes: Sequence[Genome], settings: Settings, compiler: Any,
     return cands
 
 
-def apply_compile(c: Candidate, result: Any, settings: Settings, static_problems: Callable,
+def apply_compile(c: Judging, result: Any, settings: Settings, static_problems: Callable,
                   classify: Callable) -> None:
     c.stage_seconds["compile"] = float(getattr(result, "seconds", 0.0) or 0.0)
     problems: list[str] = []
@@ -317,7 +318,7 @@ def is_unsupported(cr: CaseResult) -> bool:
     return cr.status is Status.INVALID and cr.message == UNSUPPORTED
 
 
-def build_job(c: Candidate, stage: str, cases: Sequence[Case], settings: Settings,
+def build_job(c: Judging, stage: str, cases: Sequence[Case], settings: Settings,
               part: str = "") -> tuple[Job | None, list[CaseResult]]:
     """The Job for a candidate on some cases, and an INVALID CaseResult for every case the genome
     cannot handle. No job (None) when it handles none of them."""
@@ -395,7 +396,7 @@ def _failure_message(stage: str, status: Status, result: JobResult, cases: Seque
     return one_line(f"{status.value} at {stage}: {detail or 'no detail'}")
 
 
-def account(c: Candidate, stage: str, result: JobResult) -> None:
+def account(c: Judging, stage: str, result: JobResult) -> None:
     c.gpu_seconds += float(result.seconds or 0.0)
     c.stage_seconds[stage] = c.stage_seconds.get(stage, 0.0) + float(result.seconds or 0.0)
     if result.device:
@@ -413,12 +414,12 @@ def run_jobs(pool: Any, settings: Settings, jobs: Sequence[Job]) -> list[JobResu
 # --------------------------------------------------------------------------------------------
 # Stage 1: CHECK
 # --------------------------------------------------------------------------------------------
-def stage1_check(cands: Sequence[Candidate], settings: Settings, pool: Any) -> list[Candidate]:
+def stage1_check(cands: Sequence[Judging], settings: Settings, pool: Any) -> list[Judging]:
     """Verify every live candidate on the check cases; failures stop with their check cases."""
     live = [c for c in cands if c.alive]
     if not settings.check or not settings.check_cases or not live:
         return list(cands)
-    batch: list[tuple[Candidate, Job, list[CaseResult]]] = []
+    batch: list[tuple[Judging, Job, list[CaseResult]]] = []
     for c in live:
         c.stage = CHECK
         job, unsupported = build_job(c, CHECK, settings.check_cases, settings)
@@ -485,11 +486,11 @@ def hopeless_verdict(cases: Sequence[CaseResult], baseline: str, below: float | 
             f"(best: {group} {best_key} at {speeds[best_key]:.3f}x)")
 
 
-def bench_round(cands: Sequence[Candidate], cases: Sequence[Case], settings: Settings, pool: Any,
+def bench_round(cands: Sequence[Judging], cases: Sequence[Case], settings: Settings, pool: Any,
                 part: str = "") -> None:
     """One BENCH job per live candidate on `cases`; results are appended to candidate.cases."""
     allowed = settings.unsupported_speedup is not None
-    batch: list[tuple[Candidate, Job, list[CaseResult]]] = []
+    batch: list[tuple[Judging, Job, list[CaseResult]]] = []
     for c in cands:
         if not c.alive:
             continue
@@ -515,7 +516,7 @@ def bench_round(cands: Sequence[Candidate], cases: Sequence[Case], settings: Set
             c.stop(status, _failure_message(BENCH, status, result, cases_out))
 
 
-def stage2_bench(cands: Sequence[Candidate], settings: Settings, pool: Any) -> list[Candidate]:
+def stage2_bench(cands: Sequence[Judging], settings: Settings, pool: Any) -> list[Judging]:
     live = [c for c in cands if c.alive]
     cases = list(settings.bench_cases)
     if not live:
@@ -542,11 +543,11 @@ def stage2_bench(cands: Sequence[Candidate], settings: Settings, pool: Any) -> l
     return list(cands)
 
 
-def verify_round(cands: Sequence[Candidate], cases: Sequence[Case], settings: Settings, pool: Any) -> None:
+def verify_round(cands: Sequence[Judging], cases: Sequence[Case], settings: Settings, pool: Any) -> None:
     """Verify (no timing) the cases a hopeless cut leaves untimed: a record that says OK must
     have every case it could be served on checked, so a kernel wrong only where it was not timed
     comes out WRONG_RESULT, not OK-and-truncated."""
-    batch: list[tuple[Candidate, Job, list[CaseResult]]] = []
+    batch: list[tuple[Judging, Job, list[CaseResult]]] = []
     for c in cands:
         if not c.alive or not cases:
             continue
@@ -589,7 +590,7 @@ def _ok_message(objectives: Mapping[str, float], settings: Settings, n_cases: in
     return f"OK: {', '.join(parts)} over {n_cases} cases"
 
 
-def finalize(c: Candidate, settings: Settings) -> Evaluation:
+def finalize(c: Judging, settings: Settings) -> Evaluation:
     """The Evaluation of a candidate after whatever stages it went through."""
     order = {case.id: i for i, case in enumerate(settings.bench_cases)}
     cases = c.cases

@@ -77,7 +77,8 @@ class Baseline:
 
     `prepare(case, device_inputs)` returns a zero-argument callable that runs the baseline once
     on the device inputs (torch tensors or cupy arrays, as the baseline needs), or None when the
-    baseline does not support the case. `available()` says whether it can be imported here.
+    baseline does not support the case; a `BaselineRun` when its result can be checked. It is
+    called anew in every job (the inputs are new). `available()` says whether it can be imported.
     """
 
     name: str
@@ -86,6 +87,23 @@ class Baseline:
     #: False for a reference that is not the operation (e.g. a plain copy of the same bytes, timed
     #: as the case's memory roofline): reported beside the others, never a run's speedup baseline
     objective: bool = True
+
+
+class BaselineRun:
+    """A prepared baseline (what `Baseline.prepare` returns): call it to run once;
+    `as_outputs(result)` maps its result to the family's output names in storage form (bf16 as
+    16-bit integers) so the judge can check it against the float64 reference in every job. A
+    plain callable without `as_outputs` (e.g. a roofline copy) is timed and never checked."""
+
+    def __init__(self, fn: Callable[[], Any], outputs: Callable[[Any], dict[str, Any]]):
+        self._fn = fn
+        self._outputs = outputs
+
+    def __call__(self) -> Any:
+        return self._fn()
+
+    def as_outputs(self, result: Any) -> dict[str, Any]:
+        return self._outputs(result)
 
 
 class KernelFamily(abc.ABC):

@@ -34,7 +34,7 @@ import numpy as np
 
 from fitness import dtypes
 from fitness.dtypes import array_module
-from fitness.family import Baseline, BufferSpec, Case, KernelFamily, Tolerance
+from fitness.family import Baseline, BaselineRun, BufferSpec, Case, KernelFamily, Tolerance
 
 DTYPES = ("bf16", "fp16", "fp32")
 K = 1024
@@ -518,21 +518,6 @@ def _has(module: str) -> bool:
 
 
 # -- baseline adapters (torch and friends are imported only when a baseline is prepared) ------
-class BaselineRun:
-    """A prepared baseline: call it to run once; `as_outputs(result)` maps its result to the
-    family's output names in storage form (bf16 as 16-bit integers) so the judge can check it."""
-
-    def __init__(self, fn: Callable[[], Any], outputs: Callable[[Any], dict[str, Any]]):
-        self._fn = fn
-        self._outputs = outputs
-
-    def __call__(self) -> Any:
-        return self._fn()
-
-    def as_outputs(self, result: Any) -> dict[str, Any]:
-        return self._outputs(result)
-
-
 def _torch():
     import torch  # noqa: PLC0415 - lazy on purpose: this module must import without torch
     return torch

@@ -91,6 +91,11 @@ def compile_key(source: str, flags: Sequence[str], arch: str, toolkit: str) -> s
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+#: address space one nvcc (cicc, ptxas) may take: a source that makes the compiler blow up fails
+#: to compile instead of taking the machine down (applied with util-linux prlimit where it exists)
+MEMORY_LIMIT_BYTES = 16 << 30
+
+
 class Compiler:
     """nvcc to cubin with a shared on-disk cache; `compile_many` runs `jobs` nvcc at once.
 
@@ -100,8 +105,10 @@ class Compiler:
 
     def __init__(self, cache_dir: str | os.PathLike, arch: str = "sm_90a", jobs: int | None = None,
                  timeout_s: float = 180, keep_ptx: bool = False, nvcc: str | None = None,
-                 cuobjdump: str | None = None):
+                 cuobjdump: str | None = None, memory_limit_bytes: int | None = MEMORY_LIMIT_BYTES):
         self.cache_dir = Path(cache_dir)
+        self.memory_limit_bytes = memory_limit_bytes
+        self._prlimit = shutil.which("prlimit")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.arch = arch
         self.target = arch_target(arch)
@@ -219,7 +226,11 @@ class Compiler:
         return replace(loaded, cached=False) if loaded else result
 
     def _run(self, cmd: list[str], cwd: Path) -> tuple[int, str, bool]:
-        """Run nvcc in its own process group, so a timeout kills cicc/ptxas with it."""
+        """Run nvcc in its own process group, so a timeout kills cicc/ptxas with it, in its
+        scratch directory, with at most `memory_limit_bytes` of address space (a proposal that
+        makes the compiler blow up fails to compile instead of taking the machine down)."""
+        if self.memory_limit_bytes and self._prlimit:     # (preexec_fn is unsafe beside compile threads)
+            cmd = [self._prlimit, f"--as={int(self.memory_limit_bytes)}", "--", *cmd]
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, encoding="utf-8", errors="replace",

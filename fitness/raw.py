@@ -238,8 +238,10 @@ class RawSource:
         for f in self.flags:
             if not any(p.fullmatch(f) for p in FLAG_PATTERNS):
                 out.append(f"nvcc flag {f!r} is not allowed")
-        if not re.search(r'extern\s+"C"[^;{]*\b' + re.escape(self.launch.kernel) + r"\s*\(", self.source):
-            out.append(f"the source has no extern \"C\" kernel named {self.launch.kernel!r}")
+        if not re.search(r"\b" + re.escape(self.launch.kernel) + r"\b", self.source):
+            # the precise check is on the compiled cubin's entries (fitness.static_checks): a macro
+            # may generate the extern "C" declaration; a name absent from the text cannot be there
+            out.append(f"the source never names the kernel {self.launch.kernel!r} its launch calls")
         return out
 
     @classmethod
@@ -305,7 +307,9 @@ class RawFamily(KernelFamily):
         return {k: list(v) for k, v in genome.promises.items()}
 
     def resource_limits(self, genome: Any) -> dict[str, int]:
-        return {}
+        """As a template genome: no spills (a rewrite that spills is slower for a reason the
+        evidence already names; the judge does not time it)."""
+        return {"spill_bytes": 0}
 
     def compile_flags(self, genome: Any) -> list[str]:
         return list(genome.flags)

@@ -49,7 +49,9 @@ def static_problems(result: CompileResult, family: Any, genome: Any) -> list[str
     problems: list[str] = []
     problems += _resource_problems(result, limits)
     problems += _local_memory_problems(result, limits)
-    problems += _shared_memory_problems(result, limits, family, genome)
+    launches = _launches(family, genome)
+    problems += _shared_memory_problems(result, limits, family, genome, launches)
+    problems += _entry_problems(result, launches)
     problems += _promise_problems(result, family.promises(genome) or {})
     problems += _state_problems(result, limits)
     return problems
@@ -102,26 +104,45 @@ def _local_memory_problems(result: CompileResult, limits: Mapping[str, int]) -> 
     return out
 
 
-def _declared_dynamic_smem(limits: Mapping[str, int], family: Any, genome: Any) -> int:
-    if "dynamic_shared_bytes" in limits:
-        return int(limits["dynamic_shared_bytes"])
-    largest = 0
+def _launches(family: Any, genome: Any) -> list[Any]:
+    """Every Launch the genome asks for over the family's check and benchmark cases."""
+    out = []
     for cases in ("check_cases", "benchmark_cases"):
         try:
             for case in getattr(family, cases)():
-                launch = family.launch(genome, case)
+                try:
+                    launch = family.launch(genome, case)
+                except Exception:  # noqa: BLE001 - a launch that raises is the cascade's to report
+                    continue
                 if launch is not None:
-                    for one in ((launch,) if hasattr(launch, "shared_bytes") else launch):
-                        largest = max(largest, int(one.shared_bytes))
+                    out += [launch] if hasattr(launch, "shared_bytes") else list(launch)
         except (AttributeError, NotImplementedError):
             continue
-    return largest
+    return out
+
+
+def _declared_dynamic_smem(limits: Mapping[str, int], family: Any, genome: Any,
+                           launches: list[Any] | None = None) -> int:
+    if "dynamic_shared_bytes" in limits:
+        return int(limits["dynamic_shared_bytes"])
+    launches = _launches(family, genome) if launches is None else launches
+    return max((int(one.shared_bytes) for one in launches), default=0)
+
+
+def _entry_problems(result: CompileResult, launches: list[Any]) -> list[str]:
+    """Every kernel a launch names must be an entry of the cubin (ptxas's report lists them),
+    however the source spells it (a macro may generate the extern "C" declarations)."""
+    if not result.kernels:
+        return []
+    missing = sorted({one.kernel for one in launches} - set(result.kernels))
+    return [f"launches name kernel {k!r}, which the cubin does not define (entries: {', '.join(sorted(result.kernels))})"
+            for k in missing]
 
 
 def _shared_memory_problems(result: CompileResult, limits: Mapping[str, int], family: Any,
-                            genome: Any) -> list[str]:
+                            genome: Any, launches: list[Any] | None = None) -> list[str]:
     cap = limits.get("shared_bytes", SMEM_PER_BLOCK_LIMIT)
-    dynamic = _declared_dynamic_smem(limits, family, genome)
+    dynamic = _declared_dynamic_smem(limits, family, genome, launches)
     return [f"{name} needs {r.shared_bytes} bytes static + {dynamic} dynamic shared memory = "
             f"{r.shared_bytes + dynamic} bytes per block; limit {cap}"
             for name, r in result.kernels.items() if r.shared_bytes + dynamic > cap]

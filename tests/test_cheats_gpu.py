@@ -114,13 +114,18 @@ def test_device_state_and_runtime_calls_are_refused_before_any_gpu_time(tmp_path
         "rmsnorm_row(x, w, y, rstd, row, N, eps, N);\n}", "rmsnorm_row(x, w, y, rstd, row, N, eps, N);\n"
         "    if (row < 0) { float* p = (float*)malloc(16); y[0] = __float2bfloat16(p[0]); free(p); }\n}", 1))
     assert mallocing.source != raw("good").source
-    kernels = [raw("good"), raw("memo_by_content"), raw("cache_by_pointer"), mallocing]
+    # a launch naming a kernel the source only mentions in a comment: the cubin has no such entry
+    misnamed = RawSource(family="rmsnorm", source=raw("good").source + "\n// rmsnorm_fwd_v2 is next\n",
+                         launch=LaunchSpec(**{**LAUNCH.to_dict(), "kernel": "rmsnorm_fwd_v2"}))
+    assert not misnamed.problems()                              # the text names it: only the cubin can tell
+    kernels = [raw("good"), raw("memo_by_content"), raw("cache_by_pointer"), mallocing, misnamed]
     results = Compiler(tmp_path / "cc", arch="sm_90a").compile_many([(k.source, tuple(k.flags)) for k in kernels])
     problems = [static_problems(r, family, k) for r, k in zip(results, kernels)]
     assert all(r.ok for r in results), [r.log for r in results if not r.ok]
     assert problems[0] == [], problems[0]
     assert any("__device__ state" in p for p in problems[1]) and any("__device__ state" in p for p in problems[2])
     assert any("device runtime" in p for p in problems[3]), problems[3]
+    assert any("'rmsnorm_fwd_v2', which the cubin does not define" in p for p in problems[4]), problems[4]
 
 
 def _gpu_or_skip() -> None:

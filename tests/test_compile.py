@@ -220,3 +220,15 @@ def test_timeout_kills_nvcc_and_its_children_and_is_not_cached(tmp_path):
         pytest.fail(f"nvcc's child {child} survived the timeout")
     assert not list((tmp_path / "cache").glob("*/*")) and no_tmp_left(tmp_path / "cache")
     assert not c.compile(kernel("slow")).cached
+
+
+@needs_nvcc
+@pytest.mark.skipif(compile_mod.shutil.which("prlimit") is None, reason="util-linux prlimit not found")
+def test_the_compiler_runs_under_a_memory_limit(tmp_path):
+    """A compile that needs more address space than allowed fails (a value, with its log) instead
+    of taking the machine down; the default limit compiles ordinary kernels."""
+    starved = Compiler(tmp_path / "starved", memory_limit_bytes=32 << 20)
+    res = starved.compile(kernel("starved"))
+    assert not res.ok and res.cubin_path is None
+    assert Compiler(tmp_path / "ok").compile(kernel("fed")).ok
+    assert compile_mod.MEMORY_LIMIT_BYTES >= 4 << 30

@@ -193,8 +193,9 @@ def search_aids(records, metric: str) -> list[str]:
 
 
 def dump_run(source: str | Path, out: str | Path, run_id: str | None = None) -> int:
-    """The run's evaluations as a JSON replay table (`evo run ... --replay FILE`), gzipped when
-    `out` ends in .gz; the source is a run directory, a store URL or another dump."""
+    """The run's evaluations (with their lineage and the run's events: proposals, LLM exchanges) as
+    a JSON replay table (`evo run ... --replay FILE`), gzipped when `out` ends in .gz; the source
+    is a run directory, a store URL or another dump."""
     import gzip
     import json
 
@@ -206,7 +207,9 @@ def dump_run(source: str | Path, out: str | Path, run_id: str | None = None) -> 
                "state": run["state"], "elapsed_s": run["elapsed_s"], "notes": run["notes"],
                "evaluations": [r.evaluation.to_dict() for r in records],
                "lineage": [{"key": r.key, "seq": r.seq, "generation": r.generation, "stage": r.stage,
-                            "operator": r.operator, "parents": list(r.parents)} for r in records]}
+                            "operator": r.operator, "parents": list(r.parents)} for r in records],
+               # the store's proposals and LLM exchanges: a dump replays and reports like its run
+               "events": list(run.get("events") or ())}
     text = json.dumps(payload, indent=1)
     if str(out).endswith(".gz"):
         with gzip.open(out, "wt", encoding="utf-8") as fh:

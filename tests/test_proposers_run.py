@@ -98,6 +98,11 @@ def test_run_with_guided_and_llm_records_every_outcome_and_reports(httpserver, m
     assert KEY.encode() not in db
     # the report's yield table
     report = write_report(load_run(f"sqlite:///{tmp_path / 'store.sqlite'}#r1"), tmp_path / "report").read_text()
+    # a dump carries the events too: it reports like the run
+    from evo.session import dump_run
+    assert dump_run(f"sqlite:///{tmp_path / 'store.sqlite'}#r1", tmp_path / "dump.json") == 0
+    dumped = load_run(tmp_path / "dump.json")
+    assert len(dumped.run["events"]) == len(store.events("r1")) > 0
     assert "## Yield per operator" in report and "| llm |" in report and "| guided |" in report
     assert "What the model was told and said" in report
     store.close()

@@ -411,6 +411,18 @@ def run_jobs(pool: Any, settings: Settings, jobs: Sequence[Job]) -> list[JobResu
     return list(pool.run(list(jobs), timeout_s=[settings.job_timeout(j) for j in jobs]))
 
 
+def run_batch(batch: Sequence[tuple[Judging, Job, list[CaseResult]]], stage: str, settings: Settings,
+              pool: Any) -> list[tuple[Judging, JobResult, list[CaseResult]]]:
+    """Run a stage's jobs together; per candidate (its GPU time accounted) its job's result and
+    one CaseResult per case of the job (merge_cases)."""
+    results = run_jobs(pool, settings, [j for _, j, _ in batch])
+    out = []
+    for (c, job, unsupported), result in zip(batch, results):
+        account(c, stage, result)
+        out.append((c, result, merge_cases(job, result, unsupported)))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Stage 1: CHECK
 # --------------------------------------------------------------------------------------------
@@ -427,10 +439,7 @@ def stage1_check(cands: Sequence[Judging], settings: Settings, pool: Any) -> lis
             c.stop(Status.INVALID, "INVALID at check: the genome handles none of the check cases", unsupported)
             continue
         batch.append((c, job, unsupported))
-    results = run_jobs(pool, settings, [j for _, j, _ in batch])
-    for (c, job, unsupported), result in zip(batch, results):
-        account(c, CHECK, result)
-        cases = merge_cases(job, result, unsupported)
+    for c, result, cases in run_batch(batch, CHECK, settings, pool):
         # a check case the genome cannot launch (launch() returns None) is one it will never be
         # served on: it does not count; every case it can launch must pass
         status = job_status(result, cases, skip_unsupported=True)
@@ -505,10 +514,7 @@ def bench_round(cands: Sequence[Judging], cases: Sequence[Case], settings: Setti
                                             f"benchmark cases, e.g. {unsupported[0].case}"))
             continue
         batch.append((c, job, unsupported))
-    results = run_jobs(pool, settings, [j for _, j, _ in batch])
-    for (c, job, unsupported), result in zip(batch, results):
-        account(c, BENCH, result)
-        cases_out = merge_cases(job, result, unsupported)
+    for c, result, cases_out in run_batch(batch, BENCH, settings, pool):
         c.cases.extend(cases_out)
         status = job_status(result, cases_out, skip_unsupported=allowed)
         if status is not Status.OK:
@@ -555,11 +561,8 @@ def verify_round(cands: Sequence[Judging], cases: Sequence[Case], settings: Sett
         if job is None:
             continue
         batch.append((c, job, unsupported))
-    results = run_jobs(pool, settings, [j for _, j, _ in batch])
     allowed = settings.unsupported_speedup is not None
-    for (c, job, unsupported), result in zip(batch, results):
-        account(c, VERIFY, result)
-        cases_out = merge_cases(job, result, unsupported)
+    for c, result, cases_out in run_batch(batch, VERIFY, settings, pool):
         status = job_status(result, cases_out, skip_unsupported=allowed)
         if status is not Status.OK:
             c.artifacts["verify_message"] = clip(result.message)

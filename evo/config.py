@@ -173,6 +173,10 @@ class EvaluatorSection:
     max_case_seconds: float = _f(10.0, min=0.01, doc="a single launch longer than this is a TIMEOUT")
     flush_l2: bool = _f(True, doc="flush the L2 before every timed launch")
     rotate_inputs: bool = _f(True, doc="rotate several input sets when a case fits in L2")
+    bench_case_timeout_s: float = _f(0.0, min=0.0, doc="hard limit of a BENCH job per case (0: timeout_s); "
+                                                       "never less than timeout_s")
+    startup_timeout_s: float = _f(120.0, min=1.0, doc="how long a GPU worker may take to start")
+    compile_jobs: int = _f(0, min=0, doc="parallel nvcc processes (0: one per CPU)")
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,9 @@ def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:
                         arch=cfg.target.arch, seed=cfg.experiment.seed,
                         hopeless_below=ev.hopeless_below or None, hopeless_cases=ev.hopeless_cases,
                         hopeless_group=ev.hopeless_group or None,
-                        unsupported_speedup=ev.unsupported_speedup or None)
+                        unsupported_speedup=ev.unsupported_speedup or None,
+                        bench_case_timeout_s=ev.bench_case_timeout_s or None,
+                        startup_timeout_s=ev.startup_timeout_s, compile_jobs=ev.compile_jobs or None)
 
 
 def region_problems(cfg: Config, space: GeneSpace) -> list[str]:

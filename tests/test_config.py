@@ -117,3 +117,26 @@ def test_every_committed_experiment_config_loads(path):
     cfg = load_config(path)
     if cfg.evaluator.kind == "replay" or cfg.search.seed_from:
         check_environment(cfg)                     # replay tables and seed files exist
+
+
+def test_every_judge_setting_is_reachable_from_the_toml(tmp_path, monkeypatch):
+    """[evaluator] reaches every setting of the GPU judge: timing, limits, workers, compile jobs."""
+    import fitness.gpu_evaluator as ge
+    from evo import evaluators
+    from evo.config import load_config
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text('[experiment]\nname = "x"\nfamily = "rmsnorm"\n[evaluator]\nreps = 20\nwarmup = 2\n'
+                        'baseline_reps = 10\nmax_case_seconds = 3.0\nflush_l2 = false\nrotate_inputs = false\n'
+                        'bench_case_timeout_s = 30.0\nstartup_timeout_s = 40.0\ncompile_jobs = 3\nworkers = 1\n')
+    seen = {}
+
+    class Spy:
+        def __init__(self, *a, **kw):
+            seen.update(kw)
+
+    monkeypatch.setattr(ge, "GPUEvaluator", Spy)
+    from genomes import load_space
+    evaluators.build_evaluator(load_config(cfg_path), load_space("rmsnorm"))
+    t = seen["timing"]
+    assert (t.reps, t.warmup, t.baseline_reps, t.max_case_seconds, t.flush_l2, t.rotate_inputs) == (20, 2, 10, 3.0, False, False)
+    assert (seen["bench_case_timeout_s"], seen["startup_timeout_s"], seen["compile_jobs"], seen["workers"]) == (30.0, 40.0, 3, 1)

@@ -8,9 +8,7 @@ __device__ int cache_valid[CACHE_SLOTS];
 __device__ unsigned int cache_done[CACHE_SLOTS];
 __device__ __nv_bfloat16 cache_y[CACHE_SLOTS][CACHE_ELEMS];
 
-extern "C" __global__ void __launch_bounds__(256)
-rmsnorm_fwd(const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
-            __nv_bfloat16* __restrict__ y, float* rstd, int M, int N, float eps)
+RMSNORM_FWD(rmsnorm_fwd)
 {
     const int row = blockIdx.x;
     if (row >= M) return;

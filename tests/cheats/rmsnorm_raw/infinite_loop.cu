@@ -2,9 +2,7 @@
 
 __device__ volatile int never_set = 0;
 
-extern "C" __global__ void __launch_bounds__(256)
-rmsnorm_fwd(const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
-            __nv_bfloat16* __restrict__ y, float* rstd, int M, int N, float eps)
+RMSNORM_FWD(rmsnorm_fwd)
 {
     while (!never_set) { __nanosleep(1000); }
     const int row = blockIdx.x;

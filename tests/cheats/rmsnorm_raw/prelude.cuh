@@ -42,3 +42,9 @@ __device__ __forceinline__ float rmsnorm_row(const __nv_bfloat16* __restrict__ x
     }
     return r;
 }
+
+// The RMSNorm forward convention of kernels/rmsnorm/operation.py, one CTA of 256 threads per row.
+#define RMSNORM_FWD(name)                                                                     \
+    extern "C" __global__ void __launch_bounds__(256)                                         \
+    name(const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,                    \
+         __nv_bfloat16* __restrict__ y, float* rstd, int M, int N, float eps)

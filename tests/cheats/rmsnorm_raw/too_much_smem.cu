@@ -1,8 +1,6 @@
 // cheat suite kernel: too_much_smem (tests/test_cheats_gpu.py)
 
-extern "C" __global__ void __launch_bounds__(256)
-rmsnorm_fwd(const __nv_bfloat16* __restrict__ x, const float* __restrict__ w,
-            __nv_bfloat16* __restrict__ y, float* rstd, int M, int N, float eps)
+RMSNORM_FWD(rmsnorm_fwd)
 {
     __shared__ float big[300 * 1024 / 4];                 // 300 KB: more than any CTA may have
     const int row = blockIdx.x;

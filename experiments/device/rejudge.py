@@ -26,7 +26,7 @@ def write_dump(path: Path, evaluations: list, args: argparse.Namespace) -> None:
 
     from genomes.rmsnorm import SPACES
     config = tomllib.loads(Path(args.config).read_text())
-    config.setdefault("experiment", {})["space_version"] = next(k for k, v in SPACES.items() if v is SPACES[max(SPACES)])
+    config.setdefault("experiment", {})["space_version"] = max(SPACES, key=lambda v: int(v[1:]))   # the latest
     config["experiment"]["name"] = "rmsnorm-fwd-h200-rejudge"
     config["experiment"]["description"] = (f"every genome of {args.dispatch} judged again by the hardened judge "
                                            f"(experiments/device/rejudge.py, label {args.label})")

@@ -288,7 +288,7 @@ def test_bytes_model():
 
 def test_baselines_are_declared_and_lazy():
     names = [b.name for b in fam().baselines()]
-    assert names == ["torch", "torch_compile", "quack", "quack_tuned", "liger", "copy"]
+    assert names == ["torch", "torch_compile", "quack", "quack_tuned", "liger", "int21", "copy"]
     before = set(sys.modules)
     for b in fam().baselines():
         assert isinstance(b.available(), bool)

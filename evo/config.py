@@ -214,6 +214,11 @@ class LLMSection:
     prompt: str = _f("proposal_v1", doc="prompt template: a name in operators/prompts/ or a .md path")
     source_edits: bool = _f(True, doc="offer the family's editable regions (kernels/<family>/raw_launch.py) for "
                                       "rewriting; judged only by an evaluator that takes source (evaluate_raw)")
+    kernel_rate: float = _f(0.0, min=0.0, max=1.0, doc="share of LLM requests that also offer writing a whole "
+                                                       "kernel from scratch (the family's entry convention, the "
+                                                       "launch language and the parent's whole source in the "
+                                                       "prompt; kernels/<family>/raw_launch.py KERNEL; needs "
+                                                       "evaluate_raw)")
     replay: str = _f("", doc="a transcript JSON (operators.llm.write_transcript / evo transcript) that answers "
                              "instead of an endpoint, prompt for prompt; path relative to the config file")
     graft: float = _f(0.0, min=0.0, max=1.0, doc="share of the strategy's children that, once a region rewrite has "

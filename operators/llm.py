@@ -40,7 +40,8 @@ from genomes import GeneSpace
 from operators.candidate import Candidate
 from operators.evidence import Evidence
 from operators.proposal import Proposal, Proposer, Request
-from operators.source_edit import RegionError, family_regions, parent_launch, region_text, replace_region
+from operators.source_edit import (RegionError, family_kernel, family_regions, parent_launch, region_text,
+                                  replace_region)
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DATA_OPEN, DATA_CLOSE = "<<<DATA", "<<<END"
@@ -67,6 +68,7 @@ class LLMSettings:
     price_per_1k_completion: float = 0.0
     prompt: str = "proposal_v1"
     source_edits: bool = True
+    kernel_rate: float = 0.0
     replay: str = ""
 
     @classmethod
@@ -224,6 +226,11 @@ class LLMOperator(Proposer):
         self.template = _read_prompt(settings.prompt)
         self.source_template = _read_prompt(settings.prompt.replace("proposal", "source_section")) \
             if (PROMPTS_DIR / f"{settings.prompt.replace('proposal', 'source_section')}.md").is_file() else ""
+        # whole kernels from scratch: only for a family that says how its entry is called
+        self.kernel_spec = family_kernel(family_name) if family is not None else {}
+        kernel_prompt = settings.prompt.replace("proposal", "kernel_section")
+        self.kernel_template = _read_prompt(kernel_prompt) \
+            if (PROMPTS_DIR / f"{kernel_prompt}.md").is_file() else ""
 
     # -- budget ---------------------------------------------------------------------------
     @property
@@ -269,11 +276,51 @@ class LLMOperator(Proposer):
                 fields["source_formats"] = (
                     '  {"kind": "source", "region": "<one editable region>", "code": "<the whole new definition>", '
                     '"rationale": "..."}\n      a rewrite of one editable region; the parent\'s launch is kept.\n')
+        if self.offers_kernel(index, req):
+            fields["source_section"] += "\n" + self._kernel_section(req)
+            fields["source_formats"] += (
+                '  {"kind": "kernel", "source": "<the whole CUDA source>", "launch": {<launch JSON>}, '
+                '"flags": [], "rationale": "..."}\n      a new kernel from scratch with its own launch.\n')
         template = re.sub(r"<!--.*?-->\s*", "", self.template, flags=re.S)     # the file's own comment
         text = _fill(template, {k: _quote(v) if k in _DATA_FIELDS else v for k, v in fields.items()})
         system, _, user = text.partition("=== USER ===")
         system = system.strip()
         return [{"role": "system", "content": system}, {"role": "user", "content": user.strip()}], region
+
+    def offers_kernel(self, index: int, req: LLMRequest | None = None) -> bool:
+        """Whether request `index` also offers writing a whole kernel: a share `kernel_rate` of the
+        requests, spread evenly by index (so a replay asks the same prompts), and only when the family
+        says how its entry is called, the evaluator takes source and the prompt has a kernel section."""
+        rate = self.s.kernel_rate
+        if rate <= 0 or not (self.kernel_spec and self.kernel_template and self.takes_source):
+            return False
+        return int((index + 1) * rate + 1e-9) > int(index * rate + 1e-9)
+
+    def _kernel_section(self, req: LLMRequest) -> str:
+        """The whole-kernel part of a prompt: the entry convention, the launch language, a launch to
+        start from and the parent's rendered source with its launch on the sample case (all data)."""
+        case = self.sample_case
+        params, buffers, launch_text = "(the case's parameters)", "the family's inputs and outputs", "unknown"
+        if case is not None:
+            params = ", ".join(sorted(case.params))
+            ins, outs = self.family.io(case)
+            names = list(ins) + list(outs) + list(self.family.workspace(case))
+            buffers = ", ".join(names)
+            try:
+                launches = self.family.launch(req.genome, case)
+                launch_text = repr(launches) if launches is not None else "none (the parent cannot run it)"
+            except Exception as exc:  # noqa: BLE001 - a parent whose launch fails still gets a prompt
+                launch_text = f"(its launch failed: {type(exc).__name__})"
+        try:
+            source = self.family.render(req.genome)
+        except Exception as exc:  # noqa: BLE001
+            source = f"(the parent does not render: {type(exc).__name__}: {exc})"
+        return _fill(self.kernel_template, {
+            "convention": _quote(self.kernel_spec["convention"]),
+            "example_launch": _quote(json.dumps(self.kernel_spec["example_launch"])),
+            "case_params": params, "buffers": buffers,
+            "sample_case": getattr(case, "id", "(none)"), "parent_launch": _quote(launch_text),
+            "parent_source": _quote(source)})
 
     # -- asking ---------------------------------------------------------------------------
     def propose_many(self, requests: Sequence[LLMRequest], rng: random.Random, taken: Collection[str] = (),

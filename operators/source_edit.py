@@ -34,6 +34,18 @@ def family_regions(family: str) -> dict[str, dict[str, str]]:
     return {k: dict(v) for k, v in getattr(mod, "REGIONS", {}).items()}
 
 
+def family_kernel(family: str) -> dict[str, Any]:
+    """What kernels/<family>/raw_launch.py says a whole kernel written from scratch must look like:
+    {"convention": text, "example_launch": a fitness.raw.LaunchSpec dict} ({} when it says nothing:
+    then no whole kernel is asked for, since a proposal could not know how its entry is called)."""
+    path = KERNELS_DIR / family / "raw_launch.py"
+    if not path.is_file():
+        return {}
+    mod = import_sibling(str(KERNELS_DIR / family / "family.py"), "raw_launch")
+    spec = dict(getattr(mod, "KERNEL", {}) or {})
+    return spec if spec.get("convention") and spec.get("example_launch") else {}
+
+
 def _span(source: str, function: str) -> tuple[int, int]:
     """[start, end) of the definition of device function `function` in `source`."""
     pat = re.compile(r"^[^\n;{}]*\b" + re.escape(function) + r"\s*\(", re.MULTILINE)

@@ -19,3 +19,19 @@ REGIONS = {
                 "doc": "template <int NW> void st_y(void* p, const uint32_t* s, const Pol& pol): the store of one "
                        "packet of y (NW words) with the genome's cache qualifier and L2 policy"},
 }
+
+#: a whole kernel written from scratch (operators/llm.py offers it at `[operators.llm] kernel_rate`):
+#: how its entry binds to the family's buffers, and a launch (fitness.raw.LaunchSpec) to start from
+KERNEL = {
+    "convention": (
+        'extern "C" __global__ void <entry>(const T* x, const W* w, T* y, float* rstd, int M, int N, float eps)\n'
+        "x is [M, N] row-major (row stride N) in the case's dtype T (__nv_bfloat16, __half or float), w is [N] "
+        "fp32 (W = float), y is [M, N] in T, rstd is [M] fp32 or NULL. y[i, :] = x[i, :] * rsqrt(mean_j "
+        "x[i, j]^2 + eps) * w. M * N can exceed 2^31: compute element offsets in 64 bits. Every element of y "
+        "must be written on every launch; nothing may be kept between launches. Rows holding +-inf or NaN "
+        "follow IEEE float arithmetic (as torch). Restrict the cases your kernel handles with `when` (e.g. "
+        "\"dtype == 'bf16' and weight_dtype == 'fp32'\"): the others are recorded as unsupported."),
+    "example_launch": {"kernel": "rmsnorm_fwd", "grid": ["M", 1, 1], "block": [256, 1, 1],
+                       "args": ["x", "w", "y", "rstd", "i32:M", "i32:N", "f32:eps"], "shared_bytes": 0,
+                       "when": "dtype == 'bf16' and weight_dtype == 'fp32'"},
+}

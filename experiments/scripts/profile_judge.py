@@ -3,7 +3,7 @@
 Runs CHECK once, then BENCH per benchmark case (wall time per case, first and second time), then
 one whole BENCH job under cProfile, and prints the hottest functions.
 
-    python experiments/scripts/profile_judge.py --matrix quack:bf16 --reps 50
+    python experiments/scripts/profile_judge.py --matrix quack:bf16 --reps 50 [--check-per-case]
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def main() -> int:
     ap.add_argument("--matrix", default="quack:bf16")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--baselines", default="torch")
+    ap.add_argument("--check-per-case", action="store_true",
+                    help="also time every CHECK case alone and profile one whole CHECK job")
     args = ap.parse_args()
     fam = load_family("rmsnorm")
     res = Compiler(tempfile.mkdtemp()).compile(fam.render(DEFAULT), fam.compile_flags(DEFAULT))
@@ -76,6 +78,24 @@ def main() -> int:
         r = runner.run(job(CHECK, fam.check_cases(), rnd))
         print(f"CHECK {rnd}: {len(fam.check_cases())} cases {time.time() - t:.2f}s {r.status.value} | "
               + " ".join(f"{k}={v:.3f}" for k, v in sorted(split.items())))
+    if args.check_per_case:
+        # which CHECK cases the CHECK's seconds go to (one job per case, after the warm rounds above)
+        rows = []
+        for i, c in enumerate(fam.check_cases()):
+            t = time.time()
+            split.clear()
+            r = runner.run(job(CHECK, [c], 500 + i))
+            rows.append((time.time() - t, c.id, r.status.value, dict(split)))
+        for sec, cid, st, parts in sorted(rows, reverse=True):
+            print(f"check case {cid:40s} {sec:6.3f}s {st} | " + " ".join(f"{k}={v:.3f}" for k, v in sorted(parts.items())))
+        print(f"check cases one by one: {sum(r[0] for r in rows):.2f}s over {len(rows)}")
+        prof = cProfile.Profile()
+        prof.enable()
+        runner.run(job(CHECK, fam.check_cases(), 777))
+        prof.disable()
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("cumtime").print_stats(30)
+        print(s.getvalue())
     cases = fam.benchmark_cases(args.matrix)
     for rnd in (1, 2):
         for i, c in enumerate(cases):

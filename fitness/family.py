@@ -66,6 +66,118 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class KeyField:
+    """One case parameter a dispatch table is keyed by: `name` is its key in `Case.params` (and the
+    field name in the JSON files the engine writes: dispatch tables, playoffs), `label` its header
+    in tables ("" -> the name)."""
+
+    name: str
+    label: str = ""
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+
+@dataclass(frozen=True, order=True)
+class KeyPoint:
+    """Where a case sits in a dispatch table: `group`, the values of the key's exact fields (what a
+    table splits on, e.g. ("bf16",)), and `at`, the value of its ordered field (e.g. a row width;
+    0 when the key has none). Ordered, so tables and playoffs list points in one stable order."""
+
+    group: tuple[str, ...]
+    at: int = 0
+
+
+@dataclass(frozen=True)
+class DispatchKey:
+    """How a family's table of winners is keyed (`KernelFamily.dispatch_key()`), so that the engine
+    builds, prints, writes and reads dispatch tables without knowing any family's parameters.
+
+    `exact`: case parameters a table splits on (values compared as strings, e.g. a dtype); one
+    group of ranges per distinct tuple of values. `ordered`: the integer case parameter whose
+    ranges a group covers (e.g. a row width), or None: each group is one open range. `shape`: the
+    case parameters that say a case's size in tables, joined "M x N"; with `exact`, they are the
+    case columns of a run's frames (`columns`). In JSON, a range is written `<ordered>_min` /
+    `<ordered>_max` (lower-cased, e.g. n_min / n_max), a point by its field names.
+
+    The key is computed from a case's parameters (`point`), which every record stores, so a
+    recorded run is keyed the same way without running the family's code again: a derived key
+    belongs in `Case.params` when the family makes the case."""
+
+    exact: tuple[KeyField, ...] = ()
+    ordered: KeyField | None = None
+    shape: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        if any(not isinstance(n, str) or not n for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"DispatchKey fields must be distinct non-empty case parameter names, got {names}")
+        if any(not isinstance(s, str) or not s for s in self.shape):
+            raise ValueError(f"DispatchKey.shape must name case parameters, got {self.shape!r}")
+
+    @property
+    def fields(self) -> tuple[KeyField, ...]:
+        return self.exact + ((self.ordered,) if self.ordered is not None else ())
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The case parameters that identify a case in tables and frames: shape, then the rest of
+        the key, each once."""
+        return tuple(dict.fromkeys([*self.shape, *(f.name for f in self.fields)]))
+
+    @property
+    def range_names(self) -> tuple[str, str] | None:
+        """JSON names of a range's bounds (`<ordered>_min`, `<ordered>_max`); None without an ordered field."""
+        if self.ordered is None:
+            return None
+        base = self.ordered.name.lower()
+        return f"{base}_min", f"{base}_max"
+
+    def point(self, params: Mapping[str, Any] | Case) -> KeyPoint:
+        """The key of a case (or of its parameters, or of a JSON object holding the key's fields):
+        ValueError naming the missing field."""
+        p = params.params if isinstance(params, Case) else params
+        missing = [f.name for f in self.fields if p.get(f.name) is None]
+        if missing:
+            raise ValueError(f"case parameters {sorted(p)} lack the dispatch key field(s) {missing} "
+                             "(the family's dispatch_key() names them)")
+        group = tuple(str(p[f.name]) for f in self.exact)
+        return KeyPoint(group, int(p[self.ordered.name]) if self.ordered is not None else 0)
+
+    def to_json(self, point: KeyPoint) -> dict[str, Any]:
+        """A point as JSON fields (what `point` reads back)."""
+        out: dict[str, Any] = {f.name: v for f, v in zip(self.exact, point.group)}
+        if self.ordered is not None:
+            out[self.ordered.name] = point.at
+        return out
+
+    def describe(self, point: KeyPoint) -> str:
+        """A point in words for progress lines, e.g. "bf16 N=1024"."""
+        parts = list(point.group)
+        if self.ordered is not None:
+            parts.append(f"{self.ordered.title}={point.at}")
+        return " ".join(parts) or "all cases"
+
+    def slug(self, point: KeyPoint) -> str:
+        """A point as one path-like token, e.g. "bf16/1024" (provenance files)."""
+        return "/".join([*point.group, *([str(point.at)] if self.ordered is not None else [])]) or "all"
+
+    def shape_of(self, params: Mapping[str, Any]) -> str:
+        """A case's size, e.g. "32768 x 4096" (shape parameters joined)."""
+        return " x ".join(str(params.get(s)) for s in self.shape)
+
+    @property
+    def shape_title(self) -> str:
+        return " x ".join(self.shape)
+
+
+#: the key of a family that declares none (and of a run whose family is not in kernels/): no
+#: exact fields, no ordered field, so a dispatch table is one entry, the fastest genome overall
+NO_DISPATCH_KEY = DispatchKey()
+
+
+@dataclass(frozen=True)
 class BufferSpec:
     shape: tuple[int, ...]
     dtype: str                           # numpy dtype name; "bfloat16" is carried as uint16 bits
@@ -198,6 +310,25 @@ class KernelFamily(abc.ABC):
 
     def baselines(self) -> list[Baseline]:
         return []
+
+    # -- how results are keyed -------------------------------------------------------------
+    def dispatch_key(self) -> DispatchKey:
+        """How a table of winners is keyed (`evo dispatch`, `playoff`, `report`, `table` and
+        `export` all go through it). Default: no key, one winner for every case."""
+        return NO_DISPATCH_KEY
+
+    def export_groups(self) -> list[tuple[str, ...]]:
+        """The groups (values of the dispatch key's exact fields) an exported package serves, in
+        the family's order; a group the run did not time reuses the ranges of the first measured
+        group in this order (the same kernels, verified by the package's tests, not tuned).
+        Default: only the groups the run measured."""
+        return []
+
+    def export_settings(self) -> dict[str, str]:
+        """Family facts an exported package needs beside its dispatch table (e.g. the weight dtype
+        its kernels were compiled for): written into its dispatch.json after "arch" and substituted
+        into the export templates as `__NAME__` (the key upper-cased)."""
+        return {}
 
     def export_templates(self) -> Path | None:
         """The folder of the family's export templates (`evo export`: __init__.py.tmpl,

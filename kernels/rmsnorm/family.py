@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fitness import dtypes
-from fitness.family import Case, Launch, import_sibling
+from fitness.family import Case, DispatchKey, KeyField, Launch, import_sibling
 from genomes import Genome
 from genomes.rmsnorm import DEFAULT, SPACE
 from fitness.template_regions import select_regions
@@ -293,6 +293,21 @@ class RMSNormFamily(op.RMSNormOperation):
 
     def export_launch_source(self) -> str:
         return export_launch_source(self.dtype_pairs())
+
+    # -- how results are keyed -------------------------------------------------------------
+    def dispatch_key(self) -> DispatchKey:
+        """One table per x dtype, ranges over the row width N (one genome rarely wins at every
+        width: short rows want a warp per row, long rows clusters); cases shown as M x N. The
+        JSON fields are the ones every committed table uses: dtype, n_min, n_max (N in playoffs)."""
+        return DispatchKey(exact=(KeyField("dtype"),), ordered=KeyField("N"), shape=("M", "N"))
+
+    def export_groups(self) -> list[tuple[str, ...]]:
+        """Every x dtype this instance renders entries for (a dtype the run did not time takes
+        the first timed one's ranges: bf16 when timed)."""
+        return [(xd,) for xd, _ in self.dtype_pairs()]
+
+    def export_settings(self) -> dict[str, str]:
+        return {"weight_dtype": self.dtype_pairs()[0][1]}
 
     # -- the plain baseline --------------------------------------------------------------
     def render_plain(self) -> str:

@@ -120,6 +120,7 @@ class Judging:
     copy_ceiling_tbps: float | None = None
     truncated: str = ""
     finished_at: float = 0.0
+    judged_on: list[dict[str, str]] = field(default_factory=list)   # per job: stage, node, GPU (the pool's)
 
     @property
     def alive(self) -> bool:
@@ -403,6 +404,8 @@ def account(c: Judging, stage: str, result: JobResult) -> None:
         c.device = result.device
     if result.copy_ceiling_tbps:
         c.copy_ceiling_tbps = result.copy_ceiling_tbps
+    if result.node or result.gpu:
+        c.judged_on.append({"stage": stage, "node": result.node, "gpu": result.gpu})
 
 
 def run_jobs(pool: Any, settings: Settings, jobs: Sequence[Job]) -> list[JobResult]:
@@ -625,6 +628,8 @@ def finalize(c: Judging, settings: Settings) -> Evaluation:
         artifacts["copy_ceiling_tbps"] = repr(c.copy_ceiling_tbps)
     if c.truncated:
         artifacts["truncated"] = c.truncated
+    if c.judged_on:                  # which node and GPU judged each job (several, on a cluster)
+        artifacts["judged_on"] = to_json(c.judged_on)
     if suspects:
         artifacts["suspect_cases"] = to_json(suspects)
         message = one_line(f"SUSPECT (faster than the roofline on {', '.join(suspects[:3])}"

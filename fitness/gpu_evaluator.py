@@ -43,6 +43,7 @@ from fitness.cascade import Settings, is_unsupported, run_cascade
 from fitness.evaluator import Evaluator
 from fitness.family import KERNELS_DIR, KernelFamily, load_family
 from fitness.jobs import JUDGE_PROTOCOL, TimingConfig
+from fitness.pool import Pool
 from fitness.records import Evaluation, Status
 from fitness.workers import DEFAULT_RUNNER, WorkerPool, plan_devices
 from genomes import GeneSpace, Genome
@@ -96,6 +97,7 @@ class GPUEvaluator(Evaluator):
         self.compile_jobs = compile_jobs
         self._compiler = compiler
         self._pool = pool
+        self._pool_started = False
         self._toolkit: str | None = None
         self._device = ""
         self._totals = {"evaluated": 0, "verified": 0, "gpu_seconds": 0.0, "wall_seconds": 0.0}
@@ -160,6 +162,9 @@ class GPUEvaluator(Evaluator):
             self._pool = WorkerPool(self.workers, runner=self.runner, timeout_s=self.timeout_s,
                                     startup_timeout_s=self.startup_timeout_s)
             self._pool.start()
+        elif not self._pool_started and isinstance(self._pool, Pool):
+            self._pool.start()          # a pool handed in (e.g. a RayPool) joins its cluster here
+        self._pool_started = True
         if not self._device and hasattr(self._pool, "worker_info"):
             devices = sorted({str(w.get("device", "")) for w in self._pool.worker_info() if w.get("device")})
             self._device = " | ".join(devices)

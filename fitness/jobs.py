@@ -63,3 +63,5 @@ class JobResult:
     context_lost: bool = False              # sticky CUDA error: the worker must be restarted
     seconds: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    node: str = ""                          # the host that judged it (set by the pool)
+    gpu: str = ""                           # its GPU there, as a CUDA_VISIBLE_DEVICES token

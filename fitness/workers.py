@@ -49,6 +49,7 @@ from typing import Any, Callable, Mapping, Sequence
 import multiprocessing
 
 from fitness.jobs import Job, JobResult
+from fitness.pool import Pool, job_limits, node_name, stamped
 from fitness.records import Status
 
 DEFAULT_RUNNER = "fitness.device:DeviceRunner"
@@ -296,8 +297,9 @@ def _close_all_pools() -> None:
             pass
 
 
-class WorkerPool:
-    """Worker processes, one per visible GPU unless `workers` says otherwise.
+class WorkerPool(Pool):
+    """Worker processes, one per visible GPU unless `workers` says otherwise (the local pool of
+    the fitness.pool contract; each result names this host and the worker's GPU token).
 
     `run(jobs)` blocks until every job has a JobResult and returns them in job order. Use as a
     context manager, or call `close()`; pools still open at interpreter exit are closed then.
@@ -316,6 +318,7 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context("spawn")
         self._workers = [_Worker(i, tok) for i, tok in enumerate(plan_devices(workers, devices))]
         self._closed = False
+        self.node = node_name()
         self._stats: dict[str, float] = dict(
             jobs=0, ok=0, restarts=0, timeouts=0, crashes=0, context_lost=0, runner_errors=0,
             startup_failures=0, idle_deaths=0, busy_seconds=0.0, startup_seconds=0.0)
@@ -334,7 +337,7 @@ class WorkerPool:
 
     def worker_info(self) -> list[dict[str, Any]]:
         """Per worker: slot, state, pid, device token, and what its runner reported at startup."""
-        return [dict(w.info, slot=w.slot, state=w.state, pid=w.pid, gpu=w.device_token,
+        return [dict(w.info, slot=w.slot, state=w.state, pid=w.pid, gpu=w.device_token, node=self.node,
                      last_error=w.last_error) for w in self._workers]
 
     def pids(self, all_time: bool = False) -> list[int]:
@@ -384,14 +387,7 @@ class WorkerPool:
         all jobs, or one per job (default: the pool's `timeout_s`)."""
         self._check_open()
         jobs = list(jobs)
-        if timeout_s is None:
-            limits = [self.timeout_s] * len(jobs)
-        elif isinstance(timeout_s, (int, float)):
-            limits = [float(timeout_s)] * len(jobs)
-        else:
-            limits = [float(t) for t in timeout_s]
-            if len(limits) != len(jobs):
-                raise ValueError(f"{len(limits)} timeouts for {len(jobs)} jobs")
+        limits = job_limits(jobs, timeout_s, self.timeout_s)
         results: list[JobResult | None] = [None] * len(jobs)
         queue = deque(range(len(jobs)))
         for w in self._workers:
@@ -560,7 +556,7 @@ class WorkerPool:
             if result.message.startswith("runner raised:"):
                 self._stats["runner_errors"] += 1
             if results is not None:
-                results[i] = result
+                results[i] = stamped(result, self.node, w.device_token)
             w.job = w.job_index = None
             w.state = READY
             if result.context_lost:
@@ -578,7 +574,7 @@ class WorkerPool:
             results[i] = JobResult(
                 job_id=job.job_id, status=Status.RUNTIME_ERROR, device=str(w.info.get("device", "")),
                 message=f"worker {w.slot} (pid {w.pid}) died running the job: {describe_exit(code)}; restarted",
-                seconds=elapsed, extra={"exitcode": code})
+                seconds=elapsed, extra={"exitcode": code}, node=self.node, gpu=w.device_token or "")
         self._restart(w)
 
     def _died_idle(self, w: _Worker) -> None:
@@ -597,7 +593,7 @@ class WorkerPool:
             results[i] = JobResult(
                 job_id=job.job_id, status=Status.TIMEOUT, device=str(w.info.get("device", "")),
                 message=f"no result within {limit:g} s; worker {w.slot} (pid {w.pid}) killed and restarted",
-                seconds=elapsed)
+                seconds=elapsed, node=self.node, gpu=w.device_token or "")
         self._restart(w)
 
     def _start_failed(self, w: _Worker, why: str) -> None:

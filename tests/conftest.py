@@ -59,3 +59,21 @@ def subprocess_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A Ray of this machine for the Ray pool's tests, shared by them: 2 CPUs and 2 GPUs that are
+    only a resource count (no GPU is touched: the runners are CPU stand-ins), the tests folder on
+    the workers' path (tests/fake_runners.py). Yields the address other driver processes join
+    (what `[evaluator] ray_address` takes); shut down at the end of the session."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]' (the dev extra has it)")
+    if ray.is_initialized():
+        ray.shutdown()
+    paths = os.pathsep.join([str(REPO), str(REPO / "tests")])
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": paths}})
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

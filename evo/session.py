@@ -9,8 +9,8 @@ from pathlib import Path
 from fitness.replay import ReplayEvaluator
 from genomes import load_space
 from evo.config import Config
-from evo.evaluators import (build_evaluator, carried_evaluations, check_environment, prior_evaluations, seed_evidence,
-                            seed_genomes)
+from evo.evaluators import build_evaluator, check_environment
+from evo.lessons import carried_evaluations, prior_evaluations, seed_evidence, seed_genomes
 from evo.progress import ProgressBar
 from evo.rundir import RunDir, create_run_dir, open_run_dir
 from evo.run import Run, RunSummary, new_run_info

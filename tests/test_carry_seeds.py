@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from evo.config import ConfigError
-from evo.evaluators import carried_evaluations, seed_genomes
+from evo.lessons import carried_evaluations, seed_genomes
 from evo.run import Run, new_run_info
 from evo.store import open_store
 from fitness.evaluator import Evaluator

@@ -10,7 +10,8 @@ import random
 import pytest
 
 from evo.config import ConfigError
-from evo.evaluators import check_environment, seed_genomes
+from evo.evaluators import check_environment
+from evo.lessons import seed_genomes
 from evo.run import Run, new_run_info
 from evo.store import open_store
 from evo.strategies.ga import GeneticAlgorithm
@@ -146,7 +147,7 @@ def test_seed_variants_are_checked_against_the_space_and_need_seeds():
 
 
 def test_seed_variants_relax_lifts_the_constraint_the_new_value_breaks(synthetic_space, synthetic_table):
-    from evo.evaluators import seed_variants
+    from evo.lessons import seed_variants
 
     seed = synthetic_space.make({"vector_bytes": 16, "load_cache": "nc", "streaming_store": True,
                                  "threads_per_row": 128, "rows_per_cta": 2, "cluster": 1, "stages": 1, "unroll": 1})
@@ -161,7 +162,7 @@ def test_seed_variants_relax_lifts_the_constraint_the_new_value_breaks(synthetic
 
 
 def test_seed_variants_within_picks_the_seeds_that_get_variants(synthetic_space, synthetic_table):
-    from evo.evaluators import seed_variants
+    from evo.lessons import seed_variants
 
     def seed(stages):
         return synthetic_space.make({"vector_bytes": 16, "load_cache": "nc", "streaming_store": True,

@@ -9,7 +9,7 @@ import pytest
 
 from evo.config import load_config
 from evo.dispatch import build_dispatch
-from evo.evaluators import prior_evaluations, seed_genomes
+from evo.lessons import prior_evaluations, seed_genomes
 from evo.run import Run, new_run_info
 from evo.store import open_store
 from fitness.cascade import is_unsupported

@@ -142,7 +142,7 @@ def test_interrupt_marks_run_and_keeps_records(synthetic_space, synthetic_table)
 
 
 def test_seed_from_earlier_evidence_starts_the_ga_from_its_best(synthetic_space, synthetic_table):
-    from evo.evaluators import seed_genomes
+    from evo.lessons import seed_genomes
 
     cfg = make_config(search={"seed_from": str(synthetic_table.source), "ga": {"population": 8, "offspring": 8}},
                       budget={"evaluations": 40})
@@ -171,7 +171,7 @@ def test_seed_champions_put_each_case_s_fastest_genome_first(tmp_path):
     (one per case, the dispatch table's genomes) seed the GA before the rest."""
     import json
 
-    from evo.evaluators import seed_genomes
+    from evo.lessons import seed_genomes
     from fitness.records import CaseResult, Evaluation, Status
     from genomes import GeneSpace
     from genomes.genes import IntRange
@@ -197,7 +197,7 @@ def test_seed_champions_put_each_case_s_fastest_genome_first(tmp_path):
 def test_seeds_are_judged_in_full_and_the_rest_as_usual(synthetic_space, synthetic_table):
     """Seeds go through Evaluator.evaluate_in_full (no early-stop rule), everything else through
     evaluate(); with search.seeds_in_full = false the seeds are judged like any candidate."""
-    from evo.evaluators import seed_genomes
+    from evo.lessons import seed_genomes
     from fitness.evaluator import Evaluator
 
     class Spy(Evaluator):

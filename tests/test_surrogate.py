@@ -188,7 +188,7 @@ def test_an_interrupted_screened_run_resumes_to_the_same_records(synthetic_space
     """Resume replays the run from its seed and answers from the store: the model is refitted on
     the same verdicts in the same order, so it keeps the same children (and prior evaluations
     from seed_from, loaded again, train it the same way)."""
-    from evo.evaluators import prior_evaluations, seed_genomes
+    from evo.lessons import prior_evaluations, seed_genomes
 
     def config():
         return make_config(experiment={"seed": 3},

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evo.store import DuplicateRecord, Record, RunInfo, RunNotFound, Store
+from evo.store import DuplicateRecord, LessonRecord, Record, RunInfo, RunNotFound, Store
 from fitness.records import CaseResult, Evaluation, Status
 
 METRIC = "tbps"
@@ -258,6 +258,39 @@ class StoreContract:
             again = self.reopen(store, make_store)
             try:
                 assert again.events("run-1", "proposal")[0]["changes"] == {"a": 1}
+            finally:
+                again.close()
+
+    # lessons (evo.lesson_build) ------------------------------------------------------------
+    def test_lessons_round_trip_and_newest_per_key(self, store, make_store):
+        assert store.lessons() == []
+        payload = {"elites": [{"key": "k0", "genome": {"a": 1, "b": "x"}, "fitness": 1.25,
+                               "cases": {"bf16/8x1024": {"time_us": 3.5}}}],
+                   "failures": [{"genes": {"a": 2}, "status": "COMPILE_ERROR", "count": 3, "ok": 0}],
+                   "effects": {"a=1": 0.125}, "unicode": "ünï ✓"}
+        first = store.append_lesson(LessonRecord("fam", "v2", "sm_90a", "bf16/short", payload, ("run-a",),
+                                                 created_at=5.0))
+        assert first.payload == payload and first.sources == ("run-a",) and first.created_at == 5.0
+        other = store.append_lesson(LessonRecord("fam", "v2", "sm_90a", "bf16/long", {"n": 1}, ("run-a",)))
+        newer = store.append_lesson(LessonRecord("fam", "v2", "sm_90a", "bf16/short", {"n": 2}, ("run-a", "run-b")))
+        store.append_lesson(LessonRecord("fam", "v1", "sm_90a", "bf16/short", {"n": 3}))
+        store.append_lesson(LessonRecord("other", "v2", "sm_80", "bf16/short", {"n": 4}))
+        assert first.seq < other.seq < newer.seq
+        every = store.lessons(latest=False)
+        assert [x.seq for x in every] == sorted(x.seq for x in every) and len(every) == 5
+        assert every[0] == first
+        short = store.lessons(family="fam", space_version="v2", arch="sm_90a", shape_class="bf16/short")
+        assert short == [newer]                                # the newest build of the key
+        assert [x.payload for x in store.lessons(family="fam", space_version="v2", shape_class="bf16/short",
+                                                 latest=False)] == [payload, {"n": 2}]
+        assert {x.shape_class for x in store.lessons(family="fam", space_version="v2")} == {"bf16/short", "bf16/long"}
+        assert [x.payload for x in store.lessons(arch="sm_80")] == [{"n": 4}]
+        assert store.lessons(family="nope") == []
+        if self.persistent:
+            again = self.reopen(store, make_store)
+            try:
+                assert again.lessons(family="fam", space_version="v2", shape_class="bf16/short") == [newer]
+                assert again.append_lesson(LessonRecord("fam", "v2", "sm_90a", "x", {})).seq > newer.seq
             finally:
                 again.close()
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from evo.store.base import DuplicateRecord, Record, RunInfo, RunNotFound, Store, StoreError, best_record
+from evo.store.base import DuplicateRecord, LessonRecord, Record, RunInfo, RunNotFound, Store, StoreError, best_record
 from evo.store.memory import MemoryStore
 from evo.store.sql import SQLStore
 
-__all__ = ["best_record", "DuplicateRecord", "MemoryStore", "Record", "RunInfo", "RunNotFound", "SQLStore", "Store",
-           "StoreError", "open_store", "sqlite_url"]
+__all__ = ["best_record", "DuplicateRecord", "LessonRecord", "MemoryStore", "Record", "RunInfo", "RunNotFound",
+           "SQLStore", "Store", "StoreError", "open_store", "sqlite_url"]
 
 MEMORY_URL = "memory://"
 

@@ -72,6 +72,44 @@ class Record:
         return replace(self, seq=seq, recorded_at=recorded_at)
 
 
+@dataclass(frozen=True)
+class LessonRecord:
+    """What earlier runs taught about one (family, space version, GPU architecture, shape class):
+    the payload evo.lesson_build writes (elites with their per-case evidence, failure signatures,
+    gene effects with the surrogate's cross-validated error) and the runs it was built from.
+
+    Lessons are append-only like records: building them again appends a newer record for the
+    same key, and readers take the newest (`Store.lessons(latest=True)`), so what a run used can
+    always be found again by its `seq`."""
+
+    family: str
+    space_version: str
+    arch: str
+    shape_class: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()        # run ids / files the lessons were built from
+    created_at: float = field(default_factory=time.time)
+    seq: int = -1                        # assigned by the store on append: increases with every lesson
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.family, self.space_version, self.arch, self.shape_class)
+
+
+def newest_lessons(lessons: Iterable[LessonRecord], *, family: str | None = None, space_version: str | None = None,
+                   arch: str | None = None, shape_class: str | None = None,
+                   latest: bool = True) -> list[LessonRecord]:
+    """The lessons matching every given key field, in append order; with `latest`, only the
+    newest of each key (every backend filters through this, so they agree)."""
+    want = {"family": family, "space_version": space_version, "arch": arch, "shape_class": shape_class}
+    out = [x for x in lessons if all(v is None or getattr(x, k) == v for k, v in want.items())]
+    out.sort(key=lambda x: x.seq)
+    if latest:
+        newest = {x.key: x for x in out}
+        out = [x for x in out if newest[x.key] is x]
+    return out
+
+
 def best_record(records: Iterable[Record], metric: str) -> Record | None:
     """The record with the highest fitness; the earliest wins a tie. None if none has a fitness."""
     scored = [r for r in records if r.fitness(metric) is not None]
@@ -128,6 +166,18 @@ class Store(abc.ABC):
     def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
         """The run's events (of one kind), in append order, each as {"kind", "index", **payload}."""
         raise NotImplementedError(f"{type(self).__name__} does not keep events")
+
+    # lessons ----------------------------------------------------------------------------------
+    # Distilled evidence per (family, space version, architecture, shape class), across runs.
+    def append_lesson(self, lesson: LessonRecord) -> LessonRecord:
+        """Add one lesson record; returns it with seq set (larger than every earlier lesson's)."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep lessons")
+
+    def lessons(self, *, family: str | None = None, space_version: str | None = None, arch: str | None = None,
+                shape_class: str | None = None, latest: bool = True) -> list[LessonRecord]:
+        """The lessons matching every given key field, in append order; `latest`: only the newest
+        record of each key."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep lessons")
 
     def count(self, run_id: str) -> int:
         return len(self.records(run_id))

@@ -12,7 +12,8 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
-from evo.store.base import RUN_STATES, DuplicateRecord, Record, RunInfo, RunNotFound, Store
+from evo.store.base import (RUN_STATES, DuplicateRecord, LessonRecord, Record, RunInfo, RunNotFound, Store,
+                            newest_lessons)
 
 
 class MemoryStore(Store):
@@ -30,6 +31,7 @@ class MemoryStore(Store):
         self._records: dict[str, list[Record]] = {}          # run_id -> records in seq order
         self._by_key: dict[str, dict[str, Record]] = {}      # run_id -> key -> record
         self._events: dict[str, list[dict[str, Any]]] = {}   # run_id -> events in append order
+        self._lessons: list[LessonRecord] = []                # in append order (seq = index)
 
     def __repr__(self) -> str:
         return "MemoryStore()"
@@ -121,6 +123,21 @@ class MemoryStore(Store):
         with self._lock:
             self._run(run_id)
             return [copy.deepcopy(e) for e in self._events.get(run_id, []) if kind is None or e["kind"] == kind]
+
+    def append_lesson(self, lesson: LessonRecord) -> LessonRecord:
+        lesson = replace(copy.deepcopy(lesson), payload=copy.deepcopy(dict(lesson.payload)),
+                         sources=tuple(lesson.sources))
+        with self._lock:
+            lesson = replace(lesson, seq=len(self._lessons))
+            self._lessons.append(lesson)
+        return copy.deepcopy(lesson)
+
+    def lessons(self, *, family: str | None = None, space_version: str | None = None, arch: str | None = None,
+                shape_class: str | None = None, latest: bool = True) -> list[LessonRecord]:
+        with self._lock:
+            found = newest_lessons(self._lessons, family=family, space_version=space_version, arch=arch,
+                                   shape_class=shape_class, latest=latest)
+            return copy.deepcopy(found)
 
     # helpers --------------------------------------------------------------------------------
     def _run(self, run_id: str) -> RunInfo:

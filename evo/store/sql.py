@@ -27,8 +27,8 @@ from typing import Any, Iterator, Mapping
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from evo.store.base import (RUN_STATES, DuplicateRecord, Record, RunInfo, RunNotFound, Store,
-                            StoreError)
+from evo.store.base import (RUN_STATES, DuplicateRecord, LessonRecord, Record, RunInfo, RunNotFound, Store,
+                            StoreError, newest_lessons)
 from fitness.records import Evaluation, Status
 
 SQLITE_BUSY_TIMEOUT_S = 30.0     # how long a writer waits for another process's transaction
@@ -85,6 +85,19 @@ EVENTS = sa.Table(
     sa.Column("payload", sa.Text, nullable=False),                  # JSON
     sa.Column("recorded_at", _Float, nullable=False),
     sa.UniqueConstraint("run_id", "kind", "idx", name="uq_evo_events_run_kind_idx"),
+)
+
+LESSONS = sa.Table(
+    "evo_lessons", _metadata,
+    # the id orders lessons (Record.seq for lessons): a newer build of a key has a larger one
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("family", sa.String(255), nullable=False, index=True),
+    sa.Column("space_version", sa.String(64), nullable=False),
+    sa.Column("arch", sa.String(64), nullable=False),
+    sa.Column("shape_class", sa.String(255), nullable=False),
+    sa.Column("sources", sa.Text, nullable=False),                  # JSON list
+    sa.Column("payload", sa.Text, nullable=False),                  # JSON (evo.lesson_build)
+    sa.Column("created_at", _Float, nullable=False),
 )
 
 _RECORD_COLUMNS = (RECORDS.c.run_id, RECORDS.c.seq, RECORDS.c.generation, RECORDS.c.stage,
@@ -245,6 +258,30 @@ class SQLStore(Store):
             if not rows:
                 self._require_run(conn, run_id)
         return [{**json.loads(r.payload), "kind": r.kind, "index": int(r.idx)} for r in rows]
+
+    # lessons --------------------------------------------------------------------------------
+    def append_lesson(self, lesson: LessonRecord) -> LessonRecord:
+        with self._tx(write=True) as conn:
+            result = conn.execute(sa.insert(LESSONS).values(
+                family=lesson.family, space_version=lesson.space_version, arch=lesson.arch,
+                shape_class=lesson.shape_class, sources=_dumps(list(lesson.sources)),
+                payload=_dumps(dict(lesson.payload)), created_at=float(lesson.created_at)))
+            seq = int(result.inserted_primary_key[0])
+        return replace(lesson, payload=json.loads(_dumps(dict(lesson.payload))), sources=tuple(lesson.sources),
+                       seq=seq)
+
+    def lessons(self, *, family: str | None = None, space_version: str | None = None, arch: str | None = None,
+                shape_class: str | None = None, latest: bool = True) -> list[LessonRecord]:
+        where = [col == v for col, v in ((LESSONS.c.family, family), (LESSONS.c.space_version, space_version),
+                                          (LESSONS.c.arch, arch), (LESSONS.c.shape_class, shape_class))
+                 if v is not None]
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(LESSONS).where(*where).order_by(LESSONS.c.id)).mappings().all()
+        found = [LessonRecord(family=r["family"], space_version=r["space_version"], arch=r["arch"],
+                              shape_class=r["shape_class"], payload=json.loads(r["payload"]),
+                              sources=tuple(json.loads(r["sources"])), created_at=float(r["created_at"]),
+                              seq=int(r["id"])) for r in rows]
+        return newest_lessons(found, latest=latest)
 
     # helpers --------------------------------------------------------------------------------
     def _select(self, run_id: str, *where: Any) -> list[Record]:

@@ -1,0 +1,253 @@
+"""RMSNorm backward kernel family: the evolvable template (template.cu) over the operation (operation.py).
+
+`FAMILY = RMSNormBwdFamily()`:
+
+* `render(genome)`: the genome's `#define`s (genomes/rmsnorm_bwd.py), template.cu, then the entries:
+  `rmsnorm_bwd_<x>` and, for a genome with cluster C > 1, `rmsnorm_bwd_<x>_c<C>` (compile-time
+  `__cluster_dims__(C, 1, 1)`), per x dtype; `bwd_dw_reduce` and `bwd_dw_zero`. Pure.
+* `launch(genome, case)`: dw_reduce = partials: [main, bwd_dw_reduce]; atomic: [bwd_dw_zero, main].
+  None when the genome cannot hold a row (one CTA, or its cluster, cannot cover the row with
+  `chunks` vectors per thread).
+
+N must be a whole number of 16-byte units (N % 8 for 16-bit x, N % 4 for fp32): `launch` raises
+UnsupportedShape (a ValueError) naming the rule otherwise. Any M >= 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fitness import dtypes
+from fitness.family import Case, Launch, import_sibling
+from genomes import Genome
+from genomes.rmsnorm_bwd import DEFAULT, SPACE, register_cap
+
+op = import_sibling(__file__, "operation")
+
+HERE = Path(__file__).resolve().parent
+TEMPLATE = HERE / "template.cu"
+
+SM_COUNT = op.SM_COUNT
+_ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
+_CTYPE = {"bf16": "bf16_t", "fp16": "fp16_t", "fp32": "float"}
+_LOAD = {"default": "ld.global", "nc": "ld.global.nc", "nc_na": "ld.global.nc.L1::no_allocate",
+         "cs": "ld.global.cs", "nc_ef": "ld.global.nc.L1::no_allocate.L2::cache_hint"}
+_STORE = {"wb": "st.global", "cs": "st.global.cs", "na": "st.global.L1::no_allocate",
+          "ef": "st.global.L2::cache_hint"}
+ZERO_THREADS = 256
+
+
+class UnsupportedShape(ValueError):
+    """A case no kernel of this family can run (N not a whole number of 16-byte units)."""
+
+
+def check_shape(M: int, N: int, dtype: str) -> None:
+    size = _ITEMSIZE[dtype]
+    if M < 1 or N < 1:
+        raise UnsupportedShape(f"RMSNorm backward needs M >= 1 and N >= 1, got M={M} N={N}")
+    if (N * size) % 16:
+        need = 16 // size
+        raise UnsupportedShape(f"RMSNorm backward kernels need rows of whole 16-byte units: N % {need} == 0 "
+                               f"for {dtype}, got N={N}")
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def resident_ctas(genome: Mapping[str, Any], threads: int) -> int:
+    """CTAs of `threads` threads one SM holds at once under the genome's register cap (an upper
+    bound of what the kernel uses, so this is a lower bound of residency)."""
+    cap = -(-register_cap(genome) // 8) * 8
+    return max(1, min(32, 65536 // (threads * cap), 2048 // threads))
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How one genome runs one (M, N, dtype); see template.cu's header."""
+
+    cluster: int          # CTAs per row (1 or the genome's cluster)
+    tpr: int              # threads per row = blockDim.x
+    rows: int             # rows per CTA = blockDim.y
+    grid: int             # CTAs (clusters x cluster)
+    parts: int            # dw partial rows written (= clusters)
+    vectors: int          # vectors per row
+    slice_vectors: int    # vectors per CTA slice
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.tpr, self.rows, 1)
+
+
+def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry | None:
+    """The main kernel's launch geometry, or None when the genome cannot hold the row."""
+    check_shape(M, N, dtype)
+    g = genome
+    E = g["vec_bytes"] // _ITEMSIZE[dtype]
+    V = N // E
+    K, ct = g["chunks"], g["cta_threads"]
+
+    def tpr_for(c: int) -> int:
+        return _pow2_ceil(-(-(-(-V // c)) // K))
+
+    c = 1
+    if tpr_for(1) > ct:
+        if g["cluster"] == 1:
+            return None
+        c = g["cluster"]
+    tpr = tpr_for(c)
+    if c > 1:
+        tpr = max(tpr, 32)          # cluster exchange: one sender per row, whole warps per row
+    if tpr > ct:
+        return None
+    rows = max(1, ct // tpr)
+    rows = min(rows, max(_pow2_ceil(M), -(-32 // tpr)))   # no more rows than M (whole warps kept)
+    groups = -(-M // rows)
+    per_sm = min(g["ctas_per_sm"], resident_ctas(g, tpr * rows))
+    clusters = max(1, min(groups, SM_COUNT * per_sm // c, op.max_parts(M, N)))
+    return Geometry(cluster=c, tpr=tpr, rows=rows, grid=clusters * c, parts=clusters, vectors=V,
+                    slice_vectors=-(-V // c))
+
+
+def reduce_geometry(genome: Mapping[str, Any], N: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid, block) of bwd_dw_reduce: reduce_cols columns per CTA (float4 per thread)."""
+    bx = genome["reduce_cols"] // 4
+    by = max(1, genome["reduce_threads"] // bx)
+    return (-(-N // genome["reduce_cols"]), 1, 1), (bx, by, 1)
+
+
+def entry_name(x_dtype: str, cluster: int = 1) -> str:
+    return f"rmsnorm_bwd_{x_dtype}" if cluster == 1 else f"rmsnorm_bwd_{x_dtype}_c{cluster}"
+
+
+def defines(genome: Mapping[str, Any]) -> dict[str, str]:
+    """The #defines a genome renders to (name -> value text), in a fixed order."""
+    g = genome
+    pf = "" if g["l2_prefetch"] == "none" else f".L2::{g['l2_prefetch']}"
+    q = lambda s: f'"{s}"'  # noqa: E731
+    return {
+        "BWD_VEC_BYTES": str(g["vec_bytes"]),
+        "BWD_CHUNKS": str(g["chunks"]),
+        "BWD_CTA_THREADS": str(g["cta_threads"]),
+        "BWD_MIN_BLOCKS": str(g["min_blocks"]),
+        "BWD_MAXRREG": str(g["maxrreg"]),
+        "BWD_STAGES": str(g["stages"]),
+        "BWD_WEIGHT_REGS": str(int(g["weight_regs"])),
+        "BWD_RECOMPUTE": str(int(g["rstd_mode"] == "recompute")),
+        "BWD_DW_ATOMIC": str(int(g["dw_reduce"] == "atomic")),
+        "BWD_LDX": q(_LOAD[g["load_cache"]] + pf), "BWD_LDX_POL": str(int(g["load_cache"] == "nc_ef")),
+        "BWD_STX": q(_STORE[g["store_cache"]]), "BWD_STX_POL": str(int(g["store_cache"] == "ef")),
+    }
+
+
+class RMSNormBwdFamily(op.RMSNormBwdOperation):
+    """RMSNorm backward: operation (operation.py) + evolvable template."""
+
+    def default_genome(self) -> Genome:
+        return DEFAULT
+
+    def render(self, genome: Genome) -> str:
+        g = SPACE.make(dict(genome)) if not isinstance(genome, Genome) else genome
+        head = [f"// rmsnorm_bwd genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in g)]
+        head += [f"#define {k} {v}" for k, v in defines(g).items()]
+        clusters = [1] if g["cluster"] == 1 else [1, g["cluster"]]
+        entries = []
+        for xd in self.dtypes:
+            for c in clusters:
+                attr = "" if c == 1 else f"__cluster_dims__({c}, 1, 1)"
+                entries.append(f"BWD_ENTRY({entry_name(xd, c)}, {_CTYPE[xd]}, {c}, {attr})")
+        return "\n".join(head) + "\n\n" + TEMPLATE.read_text() + "\n" + "\n".join(entries) + "\n"
+
+    def geometry(self, genome: Mapping[str, Any], case: Case) -> Geometry | None:
+        return geometry(genome, int(case.params["M"]), int(case.params["N"]), dtypes.canonical(case.params["dtype"]))
+
+    def launch(self, genome: Genome, case: Case) -> Sequence[Launch] | None:
+        dt = dtypes.canonical(case.params["dtype"])
+        if dt not in self.dtypes:
+            raise ValueError(f"this family instance renders entries for {self.dtypes}; case needs {dt}")
+        geo = self.geometry(genome, case)
+        if geo is None:
+            return None
+        N = int(case.params["N"])
+        main = Launch(kernel=entry_name(dt, geo.cluster), grid=(geo.grid, 1, 1), block=geo.block,
+                      args=self.main_args(case), cluster=(geo.cluster, 1, 1))
+        if genome["dw_reduce"] == "atomic":
+            zero = Launch(kernel="bwd_dw_zero", grid=(max(1, min(1024, -(-N // ZERO_THREADS))), 1, 1),
+                          block=(ZERO_THREADS, 1, 1), args=("dw", np.int32(N)))
+            return [zero, main]
+        rgrid, rblock = reduce_geometry(genome, N)
+        red = Launch(kernel="bwd_dw_reduce", grid=rgrid, block=rblock,
+                     args=("dw_part", "dw", np.int32(geo.parts), np.int32(N)))
+        return [main, red]
+
+    def promises(self, genome: Genome) -> dict[str, Sequence[str]]:
+        return promises(genome)
+
+    def resource_limits(self, genome: Genome) -> dict[str, int]:
+        return {"spill_bytes": 0, "local_bytes": 0}
+
+
+def promises(genome: Mapping[str, Any]) -> dict[str, Sequence[str]]:
+    """SASS evidence (fitness.sass prefixes) of what the genome asks for; checked over the cubin."""
+    g = genome
+    width = "64" if g["vec_bytes"] == 8 else "128"
+    ltc = "" if g["l2_prefetch"] == "none" else f".LTC{g['l2_prefetch']}"
+    lc = g["load_cache"]
+    if lc == "default":
+        ld = [f"LDG.E{ltc}.{width}"]
+    elif lc == "nc":
+        ld = [f"LDG.E{ltc}.{width}.CONSTANT"]
+    elif lc == "cs":
+        ld = [f"LDG.E.EF{ltc}.{width}"]
+    else:
+        ld = [f"LDG.E.NA{ltc}.{width}.CONSTANT"]
+    st = {"wb": [f"STG.E.{width}"], "cs": [f"STG.E.EF.{width}"], "na": [f"STG.E.NA.{width}"],
+          "ef": [f"STG.E.{width}"]}[g["store_cache"]]
+    out: dict[str, Sequence[str]] = {"x_dy_loads": ld, "dx_stores": st}
+    if g["dw_reduce"] == "atomic":
+        out["dw_atomics"] = ["REDG.E.ADD.F32"]
+    if g["cluster"] > 1:
+        out["cluster_barrier"] = ["UCGABAR_ARV"]
+    if g["rstd_mode"] == "recompute":
+        out["rsqrt"] = ["MUFU.RSQ"]
+    return out
+
+
+#: Hand-picked corners of the space (every reduction, staging of the next row, cluster, cache and
+#: register regime), used with random samples by tests/test_rmsnorm_bwd_family.py.
+EXTREMES: tuple[dict[str, Any], ...] = (
+    dict(DEFAULT, dw_reduce="atomic", reduce_cols=128, reduce_threads=256, cta_threads=256, cluster=8, stages=2,
+         rstd_mode="recompute", load_cache="nc_ef", store_cache="cs"),
+    dict(DEFAULT, vec_bytes=8, cta_threads=128, chunks=2, cluster=1, ctas_per_sm=8, weight_regs=True,
+         load_cache="default", l2_prefetch="256B", reduce_cols=32, reduce_threads=1024),
+    dict(DEFAULT, cta_threads=32, chunks=1, cluster=1, ctas_per_sm=16, stages=2, weight_regs=True,
+         load_cache="nc", store_cache="na", reduce_cols=64, reduce_threads=512),
+    dict(DEFAULT, cta_threads=1024, chunks=1, cluster=16, ctas_per_sm=1, maxrreg=64, rstd_mode="recompute",
+         load_cache="cs", store_cache="ef"),
+    dict(DEFAULT, cta_threads=256, chunks=6, cluster=4, ctas_per_sm=1, weight_regs=True, maxrreg=255,
+         l2_prefetch="128B", dw_reduce="atomic", reduce_cols=128, reduce_threads=256),
+)
+
+
+def sample_genomes(n: int, seed: int = 0) -> list[Genome]:
+    """DEFAULT, the EXTREMES, then n seeded random valid genomes (no repeats)."""
+    import random  # noqa: PLC0415
+
+    out = [DEFAULT] + [SPACE.make(e) for e in EXTREMES]
+    rng = random.Random(seed)
+    seen = {g.key for g in out}
+    tries = 0
+    while len(out) < 1 + len(EXTREMES) + n and tries < 100 * (n + 1):
+        tries += 1
+        g = SPACE.sample(rng)
+        if g.key not in seen:
+            seen.add(g.key)
+            out.append(g)
+    return out
+
+
+FAMILY = RMSNormBwdFamily()

@@ -1,0 +1,481 @@
+// RMSNorm backward, evolvable template (sm_90a). Rendered by kernels/rmsnorm_bwd/family.py: a block
+// of #defines from the genome, this text, then the extern "C" entries (BWD_ENTRY per x dtype and
+// cluster size, the dw reduction and the dw zeroing kernels).
+//
+//   xhat = x * rstd,  dx = rstd * (w*dy - xhat * c),  c = mean_n(xhat * w * dy) = rstd * mean_n(x*w*dy)
+//   dw[n] = sum_m dy[m, n] * xhat[m, n]
+//
+// Geometry (launch(): block = (TPR, R), grid.x = clusters x C, persistent):
+//   CTA (cluster) k of K = gridDim.x / C visits row groups g = k, k + K, ...; a group is R rows, row
+//   g*R + threadIdx.y. Inside a cluster, CTA rank c owns the vectors [c*SV, min((c+1)*SV, V)) of every
+//   row (V = N / E vectors of BWD_VEC_BYTES, E elements each; SV = ceil(V / C)); thread t owns the
+//   vectors t + j*TPR (j < BWD_CHUNKS) of its slice, the same in every row, so its dw accumulators stay
+//   in fp32 registers for the whole kernel. At the end the R rows of a CTA are combined through shared
+//   memory and the CTA's dw row is written to dw_part[k, :] (its slice of it), or added into dw with
+//   red.global.add.f32 (BWD_DW_ATOMIC; dw zeroed by bwd_dw_zero first).
+// Requirements checked by launch(): N * sizeof(T) a multiple of 16 bytes; 16-byte aligned pointers.
+//
+// Genes (#defines): BWD_VEC_BYTES 8|16  BWD_CHUNKS  BWD_CTA_THREADS  BWD_MIN_BLOCKS  BWD_MAXRREG
+//   BWD_STAGES 1|2  BWD_WEIGHT_REGS  BWD_RECOMPUTE (rstd from x)  BWD_DW_ATOMIC
+//   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
+//   (0 none, 1 L2 evict_first policy operand).
+
+#include <stdint.h>
+
+#ifndef BWD_VEC_BYTES
+#error "render the template through kernels/rmsnorm_bwd/family.py (genes are #defines)"
+#endif
+
+#define BWD_NW (BWD_VEC_BYTES / 4)                     // 32-bit words per vector
+#define BWD_WARPS (BWD_CTA_THREADS / 32 > 0 ? BWD_CTA_THREADS / 32 : 1)
+#define BWD_FULL 0xffffffffu
+
+struct bf16_t { unsigned short bits; };
+struct fp16_t { unsigned short bits; };
+
+// ---------------------------------------------------------------------------------------------
+// element types: a 32-bit word <-> EPW floats (round to nearest even on the way back)
+template <typename T> struct Tr;
+template <> struct Tr<float> {
+  static constexpr int EPW = 1;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) { f[0] = __uint_as_float(w); }
+  static __device__ __forceinline__ uint32_t pack(const float* f) { return __float_as_uint(f[0]); }
+};
+template <> struct Tr<bf16_t> {
+  static constexpr int EPW = 2;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
+    f[0] = __uint_as_float(w << 16);
+    f[1] = __uint_as_float(w & 0xffff0000u);
+  }
+  static __device__ __forceinline__ uint32_t pack(const float* f) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(f[1]), "f"(f[0]));
+    return r;
+  }
+};
+template <> struct Tr<fp16_t> {
+  static constexpr int EPW = 2;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
+    asm("{\n\t.reg .f16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;\n\t}"
+        : "=f"(f[0]), "=f"(f[1]) : "r"(w));
+  }
+  static __device__ __forceinline__ uint32_t pack(const float* f) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(f[1]), "f"(f[0]));
+    return r;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// global memory through inline PTX (the genes choose the qualifiers)
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+// one vector (BWD_NW words) of x or dy
+__device__ __forceinline__ void ld_vec(uint32_t* d, const void* p, uint64_t pol) {
+#if BWD_NW == 4
+#if BWD_LDX_POL == 0
+  asm volatile(BWD_LDX ".v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "l"(p));
+#else
+  asm volatile(BWD_LDX ".v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "l"(p), "l"(pol));
+#endif
+#else
+#if BWD_LDX_POL == 0
+  asm volatile(BWD_LDX ".v2.u32 {%0,%1}, [%2];" : "=r"(d[0]), "=r"(d[1]) : "l"(p));
+#else
+  asm volatile(BWD_LDX ".v2.u32 {%0,%1}, [%2], %3;" : "=r"(d[0]), "=r"(d[1]) : "l"(p), "l"(pol));
+#endif
+#endif
+}
+
+__device__ __forceinline__ void st_vec(void* p, const uint32_t* s, uint64_t pol) {
+#if BWD_NW == 4
+#if BWD_STX_POL == 0
+  asm volatile(BWD_STX ".v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(s[0]), "r"(s[1]), "r"(s[2]), "r"(s[3])
+               : "memory");
+#else
+  asm volatile(BWD_STX ".v4.u32 [%0], {%1,%2,%3,%4}, %5;"
+               :: "l"(p), "r"(s[0]), "r"(s[1]), "r"(s[2]), "r"(s[3]), "l"(pol) : "memory");
+#endif
+#else
+#if BWD_STX_POL == 0
+  asm volatile(BWD_STX ".v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(s[0]), "r"(s[1]) : "memory");
+#else
+  asm volatile(BWD_STX ".v2.u32 [%0], {%1,%2}, %3;" :: "l"(p), "r"(s[0]), "r"(s[1]), "l"(pol) : "memory");
+#endif
+#endif
+}
+
+// E fp32 values (E = 2, 4 or 8) through the read-only path (weight)
+template <int E>
+__device__ __forceinline__ void ld_f32(float* d, const float* p) {
+  if constexpr (E == 8) {
+    ld_f32<4>(d, p);
+    ld_f32<4>(d + 4, p + 4);
+  } else if constexpr (E == 4) {
+    asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]) : "l"(p));
+  } else {
+    static_assert(E == 2, "fp32 vector width");
+    asm volatile("ld.global.nc.v2.f32 {%0,%1}, [%2];" : "=f"(d[0]), "=f"(d[1]) : "l"(p));
+  }
+}
+
+// E fp32 values stored (dw partial rows)
+template <int E>
+__device__ __forceinline__ void st_f32(float* p, const float* s) {
+  if constexpr (E == 8) {
+    st_f32<4>(p, s);
+    st_f32<4>(p + 4, s + 4);
+  } else if constexpr (E == 4) {
+    asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};" :: "l"(p), "f"(s[0]), "f"(s[1]), "f"(s[2]), "f"(s[3])
+                 : "memory");
+  } else {
+    asm volatile("st.global.v2.f32 [%0], {%1,%2};" :: "l"(p), "f"(s[0]), "f"(s[1]) : "memory");
+  }
+}
+
+__device__ __forceinline__ void red_add(float* p, float v) {
+  asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ float ld_rstd(const float* p) {
+  float r;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cluster helpers (distributed shared memory)
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void st_cluster_f32(const float* local_addr, unsigned rank, float v) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(local_addr), ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(ra), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// the row reduction of NV values (dot product; sum of squares with BWD_RECOMPUTE): lanes of a row
+// (TPR <= 32: an aligned group of TPR lanes; else whole warps, then shared memory), then the CTAs of
+// a cluster. `par` alternates the shared slots between consecutive rows, so one __syncthreads (one
+// cluster barrier) per row suffices: a CTA can be at most one row ahead of the slowest reader.
+#define BWD_NV (1 + BWD_RECOMPUTE)
+
+template <int C>
+__device__ __forceinline__ void row_reduce(float* v, int tpr, int par, float (*red)[BWD_NV][BWD_WARPS],
+                                           float* xch) {
+  const int lin = threadIdx.y * tpr + threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < BWD_NV; ++i) {
+    for (int o = (tpr < 32 ? tpr : 32) >> 1; o > 0; o >>= 1) v[i] += __shfl_xor_sync(BWD_FULL, v[i], o);
+  }
+  if (tpr > 32) {
+    const int wpr = tpr >> 5;
+    if ((lin & 31) == 0) {
+#pragma unroll
+      for (int i = 0; i < BWD_NV; ++i) red[par][i][lin >> 5] = v[i];
+    }
+    __syncthreads();
+    const int w0 = threadIdx.y * wpr;
+#pragma unroll
+    for (int i = 0; i < BWD_NV; ++i) {
+      float s = 0.f;
+      for (int q = 0; q < wpr; ++q) s += red[par][i][w0 + q];
+      v[i] = s;
+    }
+  }
+  if constexpr (C > 1) {
+    // xch[par][src][row][i]: every CTA's row sums in every CTA of the cluster
+    const unsigned me = cluster_rank();
+    const int R = blockDim.y;
+    if (threadIdx.x == 0) {
+      for (int dst = 0; dst < C; ++dst) {
+#pragma unroll
+        for (int i = 0; i < BWD_NV; ++i)
+          st_cluster_f32(xch + ((par * C + (int)me) * R + threadIdx.y) * BWD_NV + i, (unsigned)dst, v[i]);
+      }
+    }
+    cluster_sync();
+#pragma unroll
+    for (int i = 0; i < BWD_NV; ++i) {
+      float s = 0.f;
+#pragma unroll
+      for (int src = 0; src < C; ++src) s += xch[((par * C + src) * R + threadIdx.y) * BWD_NV + i];
+      v[i] = s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the main kernel: dx for every row, one dw row per CTA (cluster)
+template <typename T, int C>
+__device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* __restrict__ w,
+                                         const T* __restrict__ dy, const float* __restrict__ rstd,
+                                         T* __restrict__ dx, float* __restrict__ dw, float* __restrict__ dw_part,
+                                         int M, int N, float eps) {
+  constexpr int EPW = Tr<T>::EPW;
+  constexpr int E = BWD_NW * EPW;               // elements per vector
+  constexpr int K = BWD_CHUNKS;
+  __shared__ float red[2][BWD_NV][BWD_WARPS];
+  __shared__ float xch[C > 1 ? 2 * C * BWD_WARPS * BWD_NV : 1];
+  __shared__ __align__(16) float comb[BWD_CTA_THREADS * E];
+
+  const int tpr = blockDim.x, R = blockDim.y;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int V = N / E;
+  const int rank = C > 1 ? (int)cluster_rank() : 0;
+  const int k0 = blockIdx.x / C, nk = gridDim.x / C;
+  const int SV = (V + C - 1) / C;
+  const int v0 = rank * SV;
+  const int v1 = min(V, v0 + SV);
+  const uint64_t pol = (BWD_LDX_POL || BWD_STX_POL) ? evict_first_policy() : 0ull;
+  const float inv_n = 1.0f / (float)N;
+
+  bool own[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j) own[j] = v0 + tx + j * tpr < v1;
+
+  float acc[K][E];
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[j][e] = 0.f;
+#if BWD_WEIGHT_REGS
+  float wr[K][E];
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    if (own[j]) ld_f32<E>(wr[j], w + (size_t)(v0 + tx + j * tpr) * E);
+    else
+#pragma unroll
+      for (int e = 0; e < E; ++e) wr[j][e] = 0.f;
+  }
+#endif
+
+  uint32_t xa[K][BWD_NW], da[K][BWD_NW];
+  float ra = 0.f;
+  auto load_rows = [&](int g, uint32_t (*xv)[BWD_NW], uint32_t (*dv)[BWD_NW], float& r) {
+    const int row = g * R + ty;
+    const bool ok = row < M;
+    const size_t base = (size_t)row * (size_t)N;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (ok && own[j]) {
+        const size_t off = base + (size_t)(v0 + tx + j * tpr) * E;
+        ld_vec(xv[j], x + off, pol);
+        ld_vec(dv[j], dy + off, pol);
+      } else {
+#pragma unroll
+        for (int q = 0; q < BWD_NW; ++q) xv[j][q] = dv[j][q] = 0u;
+      }
+    }
+#if !BWD_RECOMPUTE
+    r = ok ? ld_rstd(rstd + row) : 0.f;
+#endif
+  };
+
+  int par = 0;
+#if BWD_STAGES == 2
+  if (k0 * R < M) load_rows(k0, xa, da, ra);
+#endif
+  for (int g = k0; g * R < M; g += nk) {
+#if BWD_STAGES == 2
+    uint32_t xb[K][BWD_NW], db[K][BWD_NW];
+    float rb = 0.f;
+    if ((g + nk) * R < M) load_rows(g + nk, xb, db, rb);
+#else
+    load_rows(g, xa, da, ra);
+#endif
+    const int row = g * R + ty;
+    // pass 1: s[0] = sum x*w*dy, s[1] = sum x*x
+    float s[BWD_NV];
+#pragma unroll
+    for (int i = 0; i < BWD_NV; ++i) s[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+#if BWD_WEIGHT_REGS
+      const float* wj = wr[j];
+#else
+      float wj[E];
+      if (own[j]) ld_f32<E>(wj, w + (size_t)(v0 + tx + j * tpr) * E);
+      else
+#pragma unroll
+        for (int e = 0; e < E; ++e) wj[e] = 0.f;
+#endif
+#pragma unroll
+      for (int q = 0; q < BWD_NW; ++q) {
+        float xf[EPW], df[EPW];
+        Tr<T>::unpack(xa[j][q], xf);
+        Tr<T>::unpack(da[j][q], df);
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) {
+          s[0] = fmaf(xf[e] * wj[q * EPW + e], df[e], s[0]);
+#if BWD_RECOMPUTE
+          s[1] = fmaf(xf[e], xf[e], s[1]);
+#endif
+        }
+      }
+    }
+    row_reduce<C>(s, tpr, par, red, xch);
+#if BWD_RECOMPUTE
+    const float r = rsqrtf(fmaf(s[1], inv_n, eps));
+#else
+    const float r = ra;
+#endif
+    const float c = r * s[0] * inv_n;
+    // pass 2: dx, and dw += dy * xhat
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+#if BWD_WEIGHT_REGS
+      const float* wj = wr[j];
+#else
+      float wj[E];
+      if (own[j]) ld_f32<E>(wj, w + (size_t)(v0 + tx + j * tpr) * E);
+      else
+#pragma unroll
+        for (int e = 0; e < E; ++e) wj[e] = 0.f;
+#endif
+      uint32_t o[BWD_NW];
+#pragma unroll
+      for (int q = 0; q < BWD_NW; ++q) {
+        float xf[EPW], df[EPW], gf[EPW];
+        Tr<T>::unpack(xa[j][q], xf);
+        Tr<T>::unpack(da[j][q], df);
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) {
+          const float xh = xf[e] * r;
+          gf[e] = r * fmaf(-xh, c, wj[q * EPW + e] * df[e]);
+          acc[j][q * EPW + e] = fmaf(df[e], xh, acc[j][q * EPW + e]);
+        }
+        o[q] = Tr<T>::pack(gf);
+      }
+      if (row < M && own[j]) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
+    }
+#if BWD_STAGES == 2
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+#pragma unroll
+      for (int q = 0; q < BWD_NW; ++q) { xa[j][q] = xb[j][q]; da[j][q] = db[j][q]; }
+    ra = rb;
+#endif
+    par ^= 1;
+  }
+
+  // the CTA's dw row: rows of the CTA combined through shared memory (R > 1), one chunk at a time
+#if !BWD_DW_ATOMIC
+  float* prow = dw_part + (size_t)k0 * (size_t)N;
+#endif
+  if (R == 1) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (!own[j]) continue;
+      const int col = (v0 + tx + j * tpr) * E;
+#if BWD_DW_ATOMIC
+#pragma unroll
+      for (int e = 0; e < E; ++e) red_add(dw + col + e, acc[j][e]);
+#else
+      st_f32<E>(prow + col, acc[j]);
+#endif
+    }
+  } else {
+    const int lin = ty * tpr + tx, nt = tpr * R, span = tpr * E;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < E; ++e) comb[ty * span + tx * E + e] = acc[j][e];
+      __syncthreads();
+      for (int i = lin; i < span; i += nt) {
+        const int v = v0 + i / E + j * tpr;
+        if (v >= v1) continue;
+        float sum = 0.f;
+        for (int y = 0; y < R; ++y) sum += comb[y * span + i];
+        const int col = (v0 + j * tpr) * E + i;
+#if BWD_DW_ATOMIC
+        red_add(dw + col, sum);
+#else
+        prow[col] = sum;
+#endif
+      }
+    }
+  }
+  if constexpr (C > 1) cluster_sync();    // no CTA leaves while its cluster may still write its slots
+}
+
+#if BWD_MAXRREG > 0
+#define BWD_BOUNDS __maxnreg__(BWD_MAXRREG)
+#else
+#define BWD_BOUNDS __launch_bounds__(BWD_CTA_THREADS, BWD_MIN_BLOCKS)
+#endif
+
+#define BWD_ENTRY(NAME, T, C, ATTR)                                                                    \
+  extern "C" __global__ void BWD_BOUNDS ATTR NAME(const T* __restrict__ x, const float* __restrict__ w,  \
+                                                 const T* __restrict__ dy, const float* __restrict__ rstd, \
+                                                 T* __restrict__ dx, float* __restrict__ dw,           \
+                                                 float* __restrict__ dw_part, int M, int N, float eps) { \
+    bwd_main<T, C>(x, w, dy, rstd, dx, dw, dw_part, M, N, eps);                                        \
+  }
+
+// ---------------------------------------------------------------------------------------------
+// dw = column sums of dw_part[0 .. parts, :]. block = (BX, BY): BX threads of float4 columns, BY
+// threads splitting the partial rows (each with two accumulators), summed through shared memory.
+extern "C" __global__ void __launch_bounds__(1024) bwd_dw_reduce(const float* __restrict__ dw_part,
+                                                                 float* __restrict__ dw, int parts, int N) {
+  __shared__ float4 sm[1024];
+  const int tx = threadIdx.x, ty = threadIdx.y, BX = blockDim.x, BY = blockDim.y;
+  const int c4 = blockIdx.x * BX + tx;
+  const bool ok = c4 * 4 < N;
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+  if (ok) {
+    const float* p = dw_part + (size_t)c4 * 4;
+    int r = ty;
+    for (; r + BY < parts; r += 2 * BY) {
+      float4 u, v;
+      asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];"
+                   : "=f"(u.x), "=f"(u.y), "=f"(u.z), "=f"(u.w) : "l"(p + (size_t)r * N));
+      asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];"
+                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p + (size_t)(r + BY) * N));
+      a.x += u.x; a.y += u.y; a.z += u.z; a.w += u.w;
+      b.x += v.x; b.y += v.y; b.z += v.z; b.w += v.w;
+    }
+    if (r < parts) {
+      float4 u;
+      asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];"
+                   : "=f"(u.x), "=f"(u.y), "=f"(u.z), "=f"(u.w) : "l"(p + (size_t)r * N));
+      a.x += u.x; a.y += u.y; a.z += u.z; a.w += u.w;
+    }
+  }
+  a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+  sm[ty * BX + tx] = a;
+  __syncthreads();
+  for (int h = BY >> 1; h > 0; h >>= 1) {
+    if (ty < h) {
+      float4 o = sm[(ty + h) * BX + tx], s = sm[ty * BX + tx];
+      s.x += o.x; s.y += o.y; s.z += o.z; s.w += o.w;
+      sm[ty * BX + tx] = s;
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && ok) {
+    const float4 s = sm[tx];
+    asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};" :: "l"(dw + (size_t)c4 * 4), "f"(s.x), "f"(s.y), "f"(s.z),
+                 "f"(s.w) : "memory");
+  }
+}
+
+// dw = 0 before the atomic variant's main kernel (outputs are poisoned before every launch sequence)
+extern "C" __global__ void __launch_bounds__(256) bwd_dw_zero(float* __restrict__ dw, int N) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) dw[i] = 0.f;
+}

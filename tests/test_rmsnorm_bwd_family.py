@@ -1,0 +1,293 @@
+"""CPU tests of the RMSNorm backward family: gene space, render, launch geometry of every benchmark
+and check case, and a seeded sample compiled for sm_90a (no spills; the SASS holds what each
+genome promises, and genes change the machine code). GPU verification through the real judge is
+tests/test_rmsnorm_bwd_gpu.py."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from fitness.family import load_family
+from genomes import load_space
+from genomes.rmsnorm_bwd import DEFAULT, SPACE, SPACES, register_cap, register_demand
+
+FAMILY = load_family("rmsnorm_bwd")
+FAM = sys.modules["_kernels_rmsnorm_bwd_family"]
+OP = sys.modules["_kernels_rmsnorm_bwd_operation"]
+SMEM_STATIC_LIMIT = 48 * 1024
+COMPILE_SAMPLE = 4                 # random genomes compiled beside DEFAULT and the 5 extremes
+
+
+def _cases():
+    return FAMILY.benchmark_cases("all") + FAMILY.check_cases()
+
+
+# -- the space ----------------------------------------------------------------------------------
+def test_space_is_registered_versioned_and_documented():
+    assert load_space("rmsnorm_bwd") is SPACE and load_space("rmsnorm_bwd", "v1") is SPACES["v1"]
+    assert len(SPACE.genes) >= 14 and len(SPACE.constraints) >= 8
+    assert {"memory", "geometry", "reduce", "pipeline", "compile"} <= set(SPACE.groups())
+    assert all(g.doc for g in SPACE.genes)
+
+
+def test_default_and_extremes_are_valid_and_cover_the_variants():
+    gs = FAM.sample_genomes(0)
+    assert gs[0] == DEFAULT and len({g.key for g in gs}) == len(gs)
+    for g in gs:
+        assert SPACE.is_valid(g), SPACE.violations(g)
+        assert register_demand(g) <= register_cap(g)
+    assert {g["dw_reduce"] for g in gs} == {"partials", "atomic"}
+    assert {g["stages"] for g in gs} == {1, 2}
+    assert {g["rstd_mode"] for g in gs} == {"load", "recompute"}
+    assert {g["vec_bytes"] for g in gs} == {8, 16}
+    assert {1, 4, 8, 16} <= {g["cluster"] for g in gs}
+
+
+def test_constraints_reject_invalid_combinations():
+    bad = [
+        dict(DEFAULT, cta_threads=1024, min_blocks=4),                     # > 2048 threads per SM
+        dict(DEFAULT, maxrreg=128, cta_threads=1024),                      # 128 regs x 1024 threads
+        dict(DEFAULT, cluster=2, cta_threads=64),                          # clusters need wide CTAs
+        dict(DEFAULT, dw_reduce="atomic", reduce_cols=64),                 # no reduction kernel there
+        dict(DEFAULT, chunks=8, stages=2, weight_regs=True),               # 40 + 8*32 registers at 128
+        dict(DEFAULT, load_cache="cs", l2_prefetch="128B"),
+    ]
+    for values in bad:
+        assert not SPACE.is_valid(values), values
+
+
+def test_random_samples_and_repair_stay_valid():
+    rng = random.Random(3)
+    for _ in range(200):
+        g = SPACE.sample(rng)
+        assert SPACE.is_valid(g)
+        gene = rng.choice(SPACE.genes)
+        assert SPACE.is_valid(SPACE.repair(dict(g, **{gene.name: gene.mutate(g[gene.name], rng)}), rng))
+
+
+# -- render ---------------------------------------------------------------------------------------
+def test_render_is_pure_and_names_every_entry():
+    for g in FAM.sample_genomes(3, 2):
+        a = FAMILY.render(g)
+        assert a == FAMILY.render(SPACE.from_json(g.to_json()))
+        for d in ("bf16", "fp16", "fp32"):
+            assert f"BWD_ENTRY({FAM.entry_name(d)}," in a
+            if g["cluster"] > 1:
+                assert f"BWD_ENTRY({FAM.entry_name(d, g['cluster'])}," in a
+                assert f"__cluster_dims__({g['cluster']}, 1, 1)" in a
+        assert "bwd_dw_reduce" in a and "bwd_dw_zero" in a
+
+
+def test_every_gene_but_the_launch_only_ones_changes_the_source():
+    launch_only = {"ctas_per_sm", "reduce_cols", "reduce_threads", "cluster"}   # cluster: also an entry
+    base = FAMILY.render(DEFAULT).split("\n", 1)[1]
+    rng = random.Random(0)
+    changed = set()
+    for gene in SPACE.genes:
+        for value in gene.values():
+            if value == DEFAULT[gene.name]:
+                continue
+            cand = dict(DEFAULT, **{gene.name: value})
+            if not SPACE.is_valid(cand):
+                cand = dict(SPACE.repair(cand, rng))
+                if cand[gene.name] != value:
+                    continue
+            if FAMILY.render(SPACE.make(cand)).split("\n", 1)[1] != base:
+                changed.add(gene.name)
+            break
+    assert set(SPACE.names) - launch_only <= changed | {"min_blocks"}, set(SPACE.names) - changed
+    assert len(changed) >= 10
+
+
+# -- launch geometry ------------------------------------------------------------------------------
+def test_default_launches_every_benchmark_case_the_registers_can_hold():
+    """Every case but fp32 8192 x 262144: a 1 MB fp32 row of x plus one of dy needs 1024 threads x
+    4 vectors x 16 CTAs at ~90 registers, more than a 1024-thread CTA may use (64); the register
+    kernel refuses it (launch None) and the issue's fp32 targets stop at N = 131072."""
+    for case in FAMILY.benchmark_cases("all"):
+        steps = FAMILY.launch(DEFAULT, case)
+        if case.id == "fp32/8192x262144":
+            assert steps is None
+        else:
+            assert steps is not None, case.id
+
+
+def test_launch_rejects_widths_that_are_not_16_byte_units():
+    with pytest.raises(ValueError, match="16-byte"):
+        FAMILY.launch(DEFAULT, FAMILY.make_case(4, 1001, "bf16"))
+    with pytest.raises(ValueError, match="16-byte"):
+        FAMILY.launch(DEFAULT, FAMILY.make_case(4, 1002, "fp32"))
+
+
+def test_launch_geometry_of_every_case_and_sampled_genome():
+    """Every launch of every benchmark and check case: the main kernel covers each row (threads x
+    chunks x cluster >= vectors), fits the CTA, the grid is whole clusters, its partial rows fit
+    the case's workspace, the reduction covers every column; atomic genomes zero dw first."""
+    genomes = FAM.sample_genomes(12, 4)
+    cases = _cases()
+    launched = 0
+    for g in genomes:
+        for case in cases:
+            M, N, dt = case.params["M"], case.params["N"], case.params["dtype"]
+            steps = FAMILY.launch(g, case)
+            geo = FAMILY.geometry(g, case)
+            if steps is None:
+                assert geo is None
+                continue
+            launched += 1
+            E = g["vec_bytes"] // {"bf16": 2, "fp16": 2, "fp32": 4}[dt]
+            V = N // E
+            assert geo.vectors == V and geo.tpr * g["chunks"] * geo.cluster >= V
+            assert geo.tpr * g["chunks"] >= geo.slice_vectors
+            assert geo.tpr * geo.rows <= g["cta_threads"] and geo.tpr * geo.rows >= min(32, g["cta_threads"])
+            assert geo.rows <= max(1, 1 << (M - 1).bit_length()) or geo.tpr * geo.rows <= 32
+            assert geo.grid % geo.cluster == 0 and geo.parts == geo.grid // geo.cluster
+            assert geo.parts <= FAMILY.workspace(case)["dw_part"].shape[0]
+            assert geo.parts <= -(-M // geo.rows)
+            if geo.cluster > 1:
+                assert geo.tpr >= 32 and geo.rows <= g["cta_threads"] // 32
+            kinds = [s.kernel for s in steps]
+            main = next(s for s in steps if s.kernel.startswith("rmsnorm_bwd_"))
+            assert main.grid == (geo.grid, 1, 1) and main.block == geo.block and main.cluster == (geo.cluster, 1, 1)
+            assert main.kernel == FAM.entry_name(dt, geo.cluster)
+            if g["dw_reduce"] == "atomic":
+                assert kinds == ["bwd_dw_zero", main.kernel]
+            else:
+                red = steps[1]
+                assert kinds == [main.kernel, "bwd_dw_reduce"]
+                bx, by, _ = red.block
+                assert red.grid[0] * bx * 4 >= N and bx * by <= 1024 and by >= 2
+                assert int(red.args[2]) == geo.parts
+    assert launched > len(cases) * 4
+
+
+def test_grid_is_persistent_and_clamped_to_residency():
+    g = SPACE.make(dict(DEFAULT, cta_threads=128, chunks=1, cluster=1, ctas_per_sm=16))
+    geo = FAMILY.geometry(g, FAMILY.make_case(32768, 1024, "bf16"))
+    assert geo.tpr == 128 and geo.rows == 1
+    assert geo.grid == 132 * min(16, FAM.resident_ctas(g, 128))
+    small = FAMILY.geometry(g, FAMILY.make_case(7, 1024, "bf16"))
+    assert small.grid == 7                      # never more CTAs than row groups
+
+
+# -- compile and SASS -----------------------------------------------------------------------------
+def _compile(tmp: Path, name: str, src: str) -> tuple[int, str, Path]:
+    nvcc = shutil.which("nvcc")
+    cu, cubin = tmp / f"{name}.cu", tmp / f"{name}.cubin"
+    cu.write_text(src)
+    p = subprocess.run([nvcc, "-cubin", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17",
+                        "-Xptxas", "-v", "-o", str(cubin), str(cu)], capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr, cubin
+
+
+def _report(log: str) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    name = None
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            name = m.group(1)
+            out[name] = {}
+        elif name and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", line)):
+            out[name].update(stack=int(m.group(1)), spill=int(m.group(2)))
+        elif name and (m := re.search(r"Used (\d+) registers", line)):
+            sm = re.search(r"(\d+) bytes smem", line)
+            out[name].update(registers=int(m.group(1)), smem=int(sm.group(1)) if sm else 0)
+    return out
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump on the PATH, or the one of the nvidia-cuda-cupti/nvcc wheels (the dev extra)."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import nvidia  # noqa: PLC0415
+    except ImportError:
+        return None
+    for base in nvidia.__path__:
+        p = Path(base) / "cu13" / "bin" / "cuobjdump"
+        if p.exists():
+            return str(p)
+    return None
+
+
+def _sass(cubin: Path, entry: str) -> str:
+    tool = _cuobjdump()
+    return subprocess.run([tool, "-sass", "-fun", entry, str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.slow
+def test_sample_compiles_without_spills_and_keeps_its_promises(tmp_path):
+    if shutil.which("nvcc") is None or _cuobjdump() is None:
+        pytest.skip("nvcc/cuobjdump not found: install the CUDA toolkit to compile sm_90a cubins")
+    from fitness.sass import find  # noqa: PLC0415
+    genomes = FAM.sample_genomes(COMPILE_SAMPLE, 9)
+    jobs = [(f"g{i}", FAMILY.render(g), g) for i, g in enumerate(genomes)]
+    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
+        results = list(ex.map(lambda j: (j, _compile(tmp_path, j[0], j[1])), jobs))
+    regs = []
+    for (name, _, g), (rc, log, cubin) in results:
+        assert rc == 0, f"{name} {dict(g)}:\n{log[-3000:]}"
+        rep = _report(log)
+        expected = {FAM.entry_name(d, c) for d in FAMILY.dtypes for c in {1, g["cluster"]}}
+        assert expected | {"bwd_dw_reduce", "bwd_dw_zero"} == set(rep), (name, sorted(rep))
+        for fn, r in rep.items():
+            assert r["spill"] == 0 and r["stack"] == 0, (name, fn, r, dict(g))
+            assert r["smem"] <= SMEM_STATIC_LIMIT, (name, fn, r)
+            if fn.startswith("rmsnorm_bwd_"):
+                assert r["registers"] <= register_cap(g), (name, fn, r, dict(g))
+                regs.append(r["registers"])
+        for d in FAMILY.dtypes:
+            for c in {1, g["cluster"]}:
+                sass = _sass(cubin, FAM.entry_name(d, c))
+                promised = FAMILY.promises(g)
+                if c == 1:
+                    promised = {k: v for k, v in promised.items() if k != "cluster_barrier"}
+                for what, prefixes in promised.items():
+                    assert find(sass, prefixes), f"{name} {FAM.entry_name(d, c)} promises {what} {prefixes}: {dict(g)}"
+                assert not find(sass, ["LDL", "STL"]), name
+                # atomics only in the atomic variant; partial rows are plain stores
+                assert bool(find(sass, ["REDG.E.ADD.F32", "RED.E.ADD.F32"])) == (g["dw_reduce"] == "atomic"), (name, d, c)
+                if g["vec_bytes"] == 8 and g["load_cache"] != "nc":   # (nc: the weight's form too)
+                    wide = [p.replace(".64", ".128") for p in promised["x_dy_loads"]]
+                    assert not find(sass, wide), (name, wide)
+                if c > 1:
+                    assert find(sass, ["UCGABAR_ARV"]) and find(sass, ["ST.E"]), name
+    print(f"compiled {len(results)} genomes; main-kernel registers {min(regs)}..{max(regs)}")
+
+
+@pytest.mark.slow
+def test_genes_change_the_machine_code(tmp_path):
+    """One gene at a time from DEFAULT, the bf16 entry's SASS: vector width (LDG.E.128 -> .64),
+    atomics (RED appears), rstd recomputed (MUFU.RSQ, no rstd load), weight in registers (fewer
+    LDG in the row loop), L2 prefetch (LTC256B)."""
+    if shutil.which("nvcc") is None or _cuobjdump() is None:
+        pytest.skip("nvcc/cuobjdump not found")
+    variants = {
+        "base": DEFAULT,
+        "vec8": SPACE.make(dict(DEFAULT, vec_bytes=8, chunks=8)),
+        "atomic": SPACE.make(dict(DEFAULT, dw_reduce="atomic")),
+        "recompute": SPACE.make(dict(DEFAULT, rstd_mode="recompute")),
+        "prefetch": SPACE.make(dict(DEFAULT, l2_prefetch="256B")),
+    }
+    with ThreadPoolExecutor(2) as ex:
+        built = dict(zip(variants, ex.map(lambda kv: _compile(tmp_path, kv[0], FAMILY.render(kv[1])),
+                                          variants.items())))
+    sass = {k: _sass(cubin, "rmsnorm_bwd_bf16") for k, (rc, log, cubin) in built.items() if rc == 0}
+    assert set(sass) == set(variants)
+    count = lambda text, op: len(re.findall(op, text))  # noqa: E731
+    assert count(sass["base"], r"LDG\.E\.NA\.128") > 0 and count(sass["base"], r"LDG\.E\.NA\.64") == 0
+    assert count(sass["vec8"], r"LDG\.E\.NA\.64") > 0 and count(sass["vec8"], r"LDG\.E\.NA\.128") == 0
+    assert count(sass["base"], r"REDG?\.E\.ADD") == 0 and count(sass["atomic"], r"REDG\.E\.ADD\.F32") > 0
+    assert count(sass["recompute"], r"MUFU\.RSQ") > count(sass["base"], r"MUFU\.RSQ")
+    assert count(sass["prefetch"], r"LTC256B") > 0 and count(sass["base"], r"LTC256B") == 0

@@ -108,6 +108,13 @@ def test_every_gene_but_the_launch_only_ones_changes_the_source():
     assert len(changed) >= 10
 
 
+def test_dispatch_key_is_dtype_and_ranges_over_n():
+    key = FAMILY.dispatch_key()
+    assert [f.name for f in key.exact] == ["dtype"] and key.ordered.name == "N"
+    point = key.point(FAMILY.make_case(32768, 4096, "fp16").params)
+    assert point.group == ("fp16",) and point.at == 4096
+
+
 # -- launch geometry ------------------------------------------------------------------------------
 def test_default_launches_every_benchmark_case_the_registers_can_hold():
     """Every case but fp32 8192 x 262144: a 1 MB fp32 row of x plus one of dy needs 1024 threads x

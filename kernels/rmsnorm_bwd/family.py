@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fitness import dtypes
-from fitness.family import Case, Launch, import_sibling
+from fitness.family import Case, DispatchKey, KeyField, Launch, import_sibling
 from genomes import Genome
 from genomes.rmsnorm_bwd import DEFAULT, SPACE, register_cap
 
@@ -183,6 +183,14 @@ class RMSNormBwdFamily(op.RMSNormBwdOperation):
         red = Launch(kernel="bwd_dw_reduce", grid=rgrid, block=rblock,
                      args=("dw_part", "dw", np.int32(geo.parts), np.int32(N)))
         return [main, red]
+
+    def dispatch_key(self) -> DispatchKey:
+        """One table per x dtype, ranges over the row width N, as the forward's: short rows want
+        several rows per warp and many partial rows, long rows clusters."""
+        return DispatchKey(exact=(KeyField("dtype"),), ordered=KeyField("N"), shape=("M", "N"))
+
+    def export_groups(self) -> list[tuple[str, ...]]:
+        return [(d,) for d in self.dtypes]
 
     def promises(self, genome: Genome) -> dict[str, Sequence[str]]:
         return promises(genome)

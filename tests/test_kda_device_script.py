@@ -1,0 +1,127 @@
+"""experiments/device/kda_baselines.py run here end to end with a numpy backend and fake
+baselines (one exact, one wrong, one that supports nothing), so a device call is not spent on a
+plumbing error: every scenario verified on both distributions, timed, written as JSON and a table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+
+import numpy as np
+
+from fitness import dtypes
+from fitness.family import Baseline, BaselineRun, load_family
+
+from tests.conftest import REPO
+
+FAMILY = load_family("kda")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("kda_baselines_script", REPO / "experiments" / "device" / "kda_baselines.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Event:
+    def __init__(self):
+        self.t = time.perf_counter()
+
+
+class NumpyBackend:
+    xp = np
+
+    def __init__(self):
+        self.flushes = 0
+
+    def describe(self):
+        return "numpy"
+
+    def copy_ceiling_tbps(self):
+        return 1.0
+
+    def device_rng(self, seed):
+        return np.random.default_rng(seed)
+
+    def synchronize(self, timeout_s):
+        pass
+
+    def flush_l2(self):
+        self.flushes += 1
+
+    def spin(self, ns):
+        pass
+
+    def record(self):
+        return _Event()
+
+    def wait(self, event, timeout_s):
+        pass
+
+    def elapsed_ms(self, a, b):
+        return (b.t - a.t) * 1e3
+
+    def free_all(self):
+        pass
+
+
+def _outputs(case):
+    def outputs(result):
+        return {n: dtypes.quantize(v, "bf16" if n == "o" else case.params["state"]) for n, v in result.items()}
+    return outputs
+
+
+def _exact(case, dev):
+    refs = FAMILY.reference(case, dev)
+    return BaselineRun(lambda: refs, _outputs(case))
+
+
+def _wrong(case, dev):
+    refs = FAMILY.reference(case, dev)
+    return BaselineRun(lambda: {n: 0.9 * v for n, v in refs.items()}, _outputs(case))
+
+
+class FakeFamily:
+    """The kda family with fake baselines in place of FlashKDA and fla."""
+
+    def __getattr__(self, name):
+        return getattr(FAMILY, name)
+
+    def benchmark_cases(self, matrix="default"):
+        return [FAMILY.make_case((40,), 2, name="tiny-fixed"), FAMILY.make_case((9, 14, 3), 2, name="tiny-mixed"),
+                FAMILY.make_case((8, 8), 2, name="tiny-uniform")]
+
+    def baselines(self):
+        return [Baseline("flashkda", lambda: True, _exact), Baseline("fla", lambda: True, _wrong),
+                Baseline("never", lambda: True, lambda case, dev: None)]
+
+
+def test_script_verifies_times_and_writes_the_table(tmp_path):
+    mod = _script()
+    backend = NumpyBackend()
+    prefix = tmp_path / "kda"
+    rc = mod.main(["--out", str(prefix), "--cases", "fixed,uniform", "--reps", "3",
+                   "--warmup", "1", "--seed", "5", "--no-do-bench", "--baselines", "flashkda,fla,never,absent"],
+                  backend=backend, family=FakeFamily())
+    assert rc == 0
+    report = json.loads(prefix.with_suffix(".json").read_text())
+    assert [r["case"] for r in report["scenarios"]] == ["tiny-fixed/H2", "tiny-uniform/H2"]
+    first = report["scenarios"][0]
+    assert set(first["recurrent_check"]) == {"flashkda", "long_memory"}
+    assert first["recurrent_check"]["long_memory"]["o_rel_diff"] < 1e-12
+    assert "recurrent_check" not in report["scenarios"][1]
+    for row in report["scenarios"]:
+        b = row["baselines"]
+        assert b["flashkda"]["status"] == "ok" and b["flashkda"]["samples"] == 3
+        for d in ("flashkda", "long_memory"):
+            assert b["flashkda"]["checks"][d]["ok"] and b["flashkda"]["checks"][d]["o_rel_rms"] < 2e-3
+            assert not b["fla"]["checks"][d]["ok"] and abs(b["fla"]["checks"][d]["o_rel_rms"] - 0.1) < 2e-3
+        assert b["flashkda"]["after_timing"]["ok"] and not b["fla"]["after_timing"]["ok"]
+        assert b["never"]["status"] == "unsupported" and "median_ms" not in b["never"]
+        assert b["absent"]["status"] == "unavailable"
+        assert row["fla_over_flashkda"] > 0
+    assert backend.flushes == 2 * 2 * (3 + 1)               # 2 scenarios x 2 timed baselines x rounds
+    table = prefix.with_suffix(".md").read_text()
+    assert "| tiny-fixed/H2 |" in table and "FAIL" in table

@@ -155,6 +155,34 @@ class Compiler:
             done = {k: f.result() for k, f in futures.items()}
         return [done[k] for k, _, _ in keyed]
 
+    # -- entries between hosts (fitness.ray_compile) ----------------------------------------
+    def lookup(self, key: str) -> CompileResult | None:
+        """The cached result for a compile key (derived files completed where they can be), or
+        None: what a cluster compile asks before sending a source to another host."""
+        result = self._load(key)
+        return self._complete(result) if result is not None else None
+
+    def entry_files(self, key: str) -> dict[str, bytes]:
+        """The files of a whole cached entry (empty when there is none): what another host's
+        cache adopts instead of compiling the same source again."""
+        entry = self.entry_dir(key)
+        if not (entry / "result.json").is_file():
+            return {}
+        return {f.name: f.read_bytes() for f in entry.iterdir() if f.is_file()}
+
+    def adopt(self, key: str, files: dict[str, bytes]) -> None:
+        """Put an entry compiled elsewhere into this cache, whole or not at all (built beside it
+        and renamed into place, like a compile of our own); an entry already here is kept."""
+        if (self.entry_dir(key) / "result.json").is_file() or "result.json" not in files:
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.cache_dir))
+        try:
+            for name, data in files.items():
+                (tmp / Path(name).name).write_bytes(data)
+            self._publish(tmp, self.entry_dir(key))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     # -- cache reads -------------------------------------------------------------------------
     def _load(self, key: str) -> CompileResult | None:
         entry = self.entry_dir(key)

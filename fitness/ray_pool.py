@@ -30,6 +30,7 @@ one RAY_ADDRESS names). A cluster that cannot be reached, or that has no GPU, is
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -68,6 +69,10 @@ def connect(address: str = "", init: Mapping[str, Any] | None = None) -> bool:
         kwargs["include_dashboard"] = False
     kwargs.update(init or {})
     where = address or os.environ.get("RAY_ADDRESS") or "a new local Ray"
+    unreachable = _unreachable(address or os.environ.get("RAY_ADDRESS", ""))
+    if unreachable:                 # ray.init would retry for minutes, printing as it goes
+        raise RayPoolError(f"cannot join the Ray cluster at {where} ([evaluator] ray_address): {unreachable}; "
+                           f"is `ray start --head` running there?")
     try:
         ray.init(address=address or None, **kwargs)
     except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError: all mean "cannot reach it"
@@ -75,6 +80,20 @@ def connect(address: str = "", init: Mapping[str, Any] | None = None) -> bool:
         raise RayPoolError(f"cannot join the Ray cluster at {where} ([evaluator] ray_address): {detail}; "
                            f"is `ray start --head` running there?") from None
     return True
+
+
+def _unreachable(address: str, timeout_s: float = 5.0) -> str:
+    """Why nothing answers at a cluster address ("host:port", "ray://host:port"), or "" when
+    something does (or the address is not of that form, e.g. "auto": ray.init decides)."""
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return ""
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return ""
+    except OSError as exc:
+        return f"nothing answers at {host}:{port} ({exc.strerror or exc})"
 
 
 class JudgeActor:

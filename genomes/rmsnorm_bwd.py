@@ -160,9 +160,75 @@ SPACE_V1 = GeneSpace(
     ),
 )
 
+#: v2: shared-memory staging and the cluster grid's slack. Both genes have legacy values (v1's
+#: kernels), so v1 genomes keep their keys and read as staging = regs, cluster_slack = 0.
+#:  - staging = smem_async: x and dy copied by cp.async (LDGSTS) into the thread's own slots of shared
+#:    memory and read back twice (both passes) with ld.shared, so a thread holds only its dw
+#:    accumulators (and the weight) in registers, and stages = 2 double-buffers the next row group in
+#:    shared memory instead of a second register set (fp32 8192 x 262144 stays out of reach: its
+#:    dw accumulators alone need 1024 threads x 4 vectors in a cluster of 16, and the 16-bit entries
+#:    of the same genome, with twice the elements per vector, spill there);
+#:  - cluster_slack: clusters of 16 CTAs are placed whole inside one GPC; when the GPCs cannot hold
+#:    132 x ctas_per_sm / C of them at once, the last clusters run as a second wave of the persistent
+#:    loop (twice the time). One or two clusters fewer trade a sliver of bandwidth for no tail.
+#: dynamic shared memory a staging genome may ask for: 227 KB per block less the template's static
+#: shared memory (the rows' combine buffer, up to 32 KB, and the cluster exchange slots, 8 KB)
+MAX_STAGING_BYTES = 180 * 1024
+STAGING = Choice("staging", options=("regs", "smem_async"), group="pipeline", legacy="regs",
+                 doc="where x and dy wait between the two passes: regs (registers) | smem_async (cp.async "
+                     "into shared memory, LDGSTS + LDS; v2)")
+CLUSTER_SLACK = IntRange("cluster_slack", low=0, high=2, group="geometry", legacy=0,
+                         doc="clustered launches: this many clusters fewer than 132 x ctas_per_sm / cluster "
+                             "(whole clusters must fit a GPC; launch only; v2)")
+
+
+def staging_bytes(v: Mapping[str, Any]) -> int:
+    """Dynamic shared memory of a staging genome at its widest CTA (x and dy, per stage)."""
+    return v["stages"] * v["cta_threads"] * v["chunks"] * v["vec_bytes"] * 2
+
+
+def register_demand_v2(v: Mapping[str, Any]) -> int:
+    """v1's estimate for register staging. Shared-memory staging holds no row in registers, but
+    ptxas hoists the shared reads and weight loads of the vectors of a pass ahead of their
+    arithmetic, more the more vectors there are: calibrated on ptxas reports of 16-bit entries
+    (16-byte vectors: 512 threads x 4 used 127-128 registers and spilled 8 bytes in the cluster
+    entries, x 8 spilled 100; 256 threads x 8 used 255 and spilled), so this grows with chunks^2
+    and allows 512 threads x 2, 256 x 4 (which used 225 of its 248 registers), 128 x 6."""
+    if v.get("staging", "regs") == "regs":
+        # v1's model, and 4 more per vector with the prefetch (sampled under v2: 256 threads x 6
+        # vectors, stages 2, weight in registers spilled 4 bytes at 255 where v1 said 232)
+        return register_demand(v) + (4 * v["chunks"] if v["stages"] == 2 else 0)
+    elems, k = v["vec_bytes"] // 2, v["chunks"]
+    return 40 + 3 * k * elems + 4 * k * k
+
+
+REGISTERS_FIT_V2 = require("registers_fit", ("chunks", "vec_bytes", "stages", "weight_regs", "maxrreg", "cta_threads",
+                                             "min_blocks", "staging"),
+                           lambda v: register_demand_v2(v) <= register_cap(v),
+                           "the data a thread holds (x, dy, weight, dw accumulators) must fit its register budget "
+                           "(no spills)")
+V2_CONSTRAINTS = (
+    implies("staging_cache_ops", ("staging", "load_cache"),
+            lambda v: v["staging"] == "smem_async", lambda v: v["load_cache"] in ("default", "nc_ef"),
+            "cp.async takes only its .ca/.cg forms and an L2 cache hint (default | nc_ef)"),
+    implies("staging_fits_shared_memory", ("staging", "stages", "cta_threads", "chunks", "vec_bytes"),
+            lambda v: v["staging"] == "smem_async", lambda v: staging_bytes(v) <= MAX_STAGING_BYTES,
+            f"x and dy of every thread's vectors (times stages) must fit {MAX_STAGING_BYTES} bytes of shared memory"),
+    implies("cluster_slack_only_clusters", ("cluster_slack", "cluster"),
+            lambda v: v["cluster"] == 1, lambda v: v["cluster_slack"] == 0,
+            "the slack removes clusters; fixed at 0 without them (no duplicate genomes)"),
+)
+_AT2 = SPACE_V1.names.index("ctas_per_sm") + 1
+SPACE_V2 = GeneSpace(
+    name="rmsnorm_bwd", doc=SPACE_V1.doc,
+    genes=SPACE_V1.genes[:_AT2] + (CLUSTER_SLACK,) + SPACE_V1.genes[_AT2:] + (STAGING,),
+    constraints=tuple(REGISTERS_FIT_V2 if c.name == "registers_fit" else c for c in SPACE_V1.constraints)
+    + V2_CONSTRAINTS,
+)
+
 #: every version of the space, and the latest (what a new run uses)
-SPACES = {"v1": SPACE_V1}
-SPACE = SPACE_V1
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2}
+SPACE = SPACE_V2
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread
 #: (a CTA covers 2048 vectors = 16K bf16 columns), clusters of 16 for longer rows (262144 bf16 =

@@ -24,7 +24,7 @@ import numpy as np
 from fitness import dtypes
 from fitness.family import Case, DispatchKey, KeyField, Launch, import_sibling
 from genomes import Genome
-from genomes.rmsnorm_bwd import DEFAULT, SPACE, register_cap
+from genomes.rmsnorm_bwd import DEFAULT, MAX_STAGING_BYTES, SPACE, register_cap
 
 op = import_sibling(__file__, "operation")
 
@@ -59,11 +59,23 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def resident_ctas(genome: Mapping[str, Any], threads: int) -> int:
+SMEM_PER_SM = 233472                # shared memory of one SM on sm_90 (228 KB)
+
+
+def static_smem_bound(genome: Mapping[str, Any]) -> int:
+    """An upper bound of the template's static shared memory: the rows' combine buffer (4 bytes per
+    element of a vector per thread, at most vec_bytes * 2 for 16-bit x), the cluster exchange
+    slots and the row reduction's (1 KB of reserve per CTA besides)."""
+    xch = 2 * genome["cluster"] * max(1, genome["cta_threads"] // 32) * 2 * 4 if genome["cluster"] > 1 else 0
+    return genome["cta_threads"] * genome["vec_bytes"] * 2 + xch + 1024
+
+
+def resident_ctas(genome: Mapping[str, Any], threads: int, shared: int = 0) -> int:
     """CTAs of `threads` threads one SM holds at once under the genome's register cap (an upper
-    bound of what the kernel uses, so this is a lower bound of residency)."""
+    bound of what the kernel uses, so this is a lower bound of residency) and shared memory."""
     cap = -(-register_cap(genome) // 8) * 8
-    return max(1, min(32, 65536 // (threads * cap), 2048 // threads))
+    by_smem = SMEM_PER_SM // (shared + static_smem_bound(genome))
+    return max(1, min(32, 65536 // (threads * cap), 2048 // threads, by_smem))
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,7 @@ class Geometry:
     rows: int             # rows per CTA = blockDim.y
     grid: int             # CTAs (clusters x cluster)
     parts: int            # dw partial rows written (= clusters)
+    shared_bytes: int     # dynamic shared memory (staging = smem_async)
     vectors: int          # vectors per row
     slice_vectors: int    # vectors per CTA slice
 
@@ -107,10 +120,16 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
     rows = max(1, ct // tpr)
     rows = min(rows, max(_pow2_ceil(M), -(-32 // tpr)))   # no more rows than M (whole warps kept)
     groups = -(-M // rows)
-    per_sm = min(g["ctas_per_sm"], resident_ctas(g, tpr * rows))
-    clusters = max(1, min(groups, SM_COUNT * per_sm // c, op.max_parts(M, N)))
-    return Geometry(cluster=c, tpr=tpr, rows=rows, grid=clusters * c, parts=clusters, vectors=V,
-                    slice_vectors=-(-V // c))
+    shared = 0
+    if g.get("staging", "regs") == "smem_async":
+        shared = g["stages"] * rows * tpr * K * g["vec_bytes"] * 2
+        if shared > MAX_STAGING_BYTES:
+            return None
+    per_sm = min(g["ctas_per_sm"], resident_ctas(g, tpr * rows, shared))
+    slack = g.get("cluster_slack", 0) if c > 1 else 0
+    clusters = max(1, min(groups, SM_COUNT * per_sm // c - slack, op.max_parts(M, N)))
+    return Geometry(cluster=c, tpr=tpr, rows=rows, grid=clusters * c, parts=clusters, shared_bytes=shared,
+                    vectors=V, slice_vectors=-(-V // c))
 
 
 def reduce_geometry(genome: Mapping[str, Any], N: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -129,7 +148,7 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
     g = genome
     pf = "" if g["l2_prefetch"] == "none" else f".L2::{g['l2_prefetch']}"
     q = lambda s: f'"{s}"'  # noqa: E731
-    return {
+    out = {
         "BWD_VEC_BYTES": str(g["vec_bytes"]),
         "BWD_CHUNKS": str(g["chunks"]),
         "BWD_CTA_THREADS": str(g["cta_threads"]),
@@ -142,6 +161,12 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         "BWD_LDX": q(_LOAD[g["load_cache"]] + pf), "BWD_LDX_POL": str(int(g["load_cache"] == "nc_ef")),
         "BWD_STX": q(_STORE[g["store_cache"]]), "BWD_STX_POL": str(int(g["store_cache"] == "ef")),
     }
+    # genes added later are defined only away from their legacy value (v1 genomes render as before)
+    if g.get("staging", "regs") == "smem_async":
+        cop = "cp.async.cg.shared.global" if g["vec_bytes"] == 16 else "cp.async.ca.shared.global"
+        out["BWD_STAGING"] = "1"
+        out["BWD_CPASYNC"] = q(cop + (".L2::cache_hint" if g["load_cache"] == "nc_ef" else "") + pf)
+    return out
 
 
 class RMSNormBwdFamily(op.RMSNormBwdOperation):
@@ -152,7 +177,8 @@ class RMSNormBwdFamily(op.RMSNormBwdOperation):
 
     def render(self, genome: Genome) -> str:
         g = SPACE.make(dict(genome)) if not isinstance(genome, Genome) else genome
-        head = [f"// rmsnorm_bwd genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in g)]
+        shown = [k for k in g if SPACE.gene(k).legacy is None or g[k] != SPACE.gene(k).legacy]
+        head = [f"// rmsnorm_bwd genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in shown)]
         head += [f"#define {k} {v}" for k, v in defines(g).items()]
         clusters = [1] if g["cluster"] == 1 else [1, g["cluster"]]
         entries = []
@@ -174,7 +200,7 @@ class RMSNormBwdFamily(op.RMSNormBwdOperation):
             return None
         N = int(case.params["N"])
         main = Launch(kernel=entry_name(dt, geo.cluster), grid=(geo.grid, 1, 1), block=geo.block,
-                      args=self.main_args(case), cluster=(geo.cluster, 1, 1))
+                      args=self.main_args(case), shared_bytes=geo.shared_bytes, cluster=(geo.cluster, 1, 1))
         if genome["dw_reduce"] == "atomic":
             zero = Launch(kernel="bwd_dw_zero", grid=(max(1, min(1024, -(-N // ZERO_THREADS))), 1, 1),
                           block=(ZERO_THREADS, 1, 1), args=("dw", np.int32(N)))
@@ -216,6 +242,8 @@ def promises(genome: Mapping[str, Any]) -> dict[str, Sequence[str]]:
     st = {"wb": [f"STG.E.{width}"], "cs": [f"STG.E.EF.{width}"], "na": [f"STG.E.NA.{width}"],
           "ef": [f"STG.E.{width}"]}[g["store_cache"]]
     out: dict[str, Sequence[str]] = {"x_dy_loads": ld, "dx_stores": st}
+    if g.get("staging", "regs") == "smem_async":
+        out = {"cp_async": ["LDGSTS"], "shared_reads": ["LDS"], "dx_stores": st}
     if g["dw_reduce"] == "atomic":
         out["dw_atomics"] = ["REDG.E.ADD.F32"]
     if g["cluster"] > 1:
@@ -238,6 +266,14 @@ EXTREMES: tuple[dict[str, Any], ...] = (
          load_cache="cs", store_cache="ef"),
     dict(DEFAULT, cta_threads=256, chunks=6, cluster=4, ctas_per_sm=1, weight_regs=True, maxrreg=255,
          l2_prefetch="128B", dw_reduce="atomic", reduce_cols=128, reduce_threads=256),
+    # v2: shared-memory staging (a 256 KB bf16 row over a cluster of 16), double-buffered, 8-byte cp.async
+    dict(DEFAULT, staging="smem_async", load_cache="default", cta_threads=256, chunks=4, cluster=16,
+         ctas_per_sm=1, cluster_slack=1),
+    dict(DEFAULT, staging="smem_async", load_cache="nc_ef", l2_prefetch="256B", stages=2, cta_threads=256,
+         chunks=4, cluster=4, ctas_per_sm=2, weight_regs=True, dw_reduce="atomic", reduce_cols=128,
+         reduce_threads=256, rstd_mode="recompute"),
+    dict(DEFAULT, staging="smem_async", load_cache="default", vec_bytes=8, stages=2, cta_threads=128, chunks=2,
+         cluster=1, ctas_per_sm=8),
 )
 
 

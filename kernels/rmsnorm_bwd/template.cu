@@ -17,6 +17,7 @@
 //
 // Genes (#defines): BWD_VEC_BYTES 8|16  BWD_CHUNKS  BWD_CTA_THREADS  BWD_MIN_BLOCKS  BWD_MAXRREG
 //   BWD_STAGES 1|2  BWD_WEIGHT_REGS  BWD_RECOMPUTE (rstd from x)  BWD_DW_ATOMIC
+//   BWD_STAGING 0 registers | 1 cp.async into shared memory (space v2; BWD_CPASYNC its qualifiers)
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 
@@ -24,6 +25,9 @@
 
 #ifndef BWD_VEC_BYTES
 #error "render the template through kernels/rmsnorm_bwd/family.py (genes are #defines)"
+#endif
+#ifndef BWD_STAGING
+#define BWD_STAGING 0          // space v2: 1 = x and dy staged in shared memory by cp.async
 #endif
 
 #define BWD_NW (BWD_VEC_BYTES / 4)                     // 32-bit words per vector
@@ -137,6 +141,33 @@ __device__ __forceinline__ void st_f32(float* p, const float* s) {
   } else {
     asm volatile("st.global.v2.f32 [%0], {%1,%2};" :: "l"(p), "f"(s[0]), "f"(s[1]) : "memory");
   }
+}
+
+// cp.async of one vector into shared memory (BWD_CPASYNC: .cg for 16 bytes, .ca for 8; optional L2
+// evict_first hint and L2 prefetch size), its group commit and wait, and the shared read back
+__device__ __forceinline__ void cp_async_vec(uint32_t* dst, const void* src, uint64_t pol) {
+#if BWD_STAGING
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+#if BWD_LDX_POL == 0
+  asm volatile(BWD_CPASYNC " [%0], [%1], %2;" :: "r"(d), "l"(src), "n"(BWD_VEC_BYTES) : "memory");
+#else
+  asm volatile(BWD_CPASYNC " [%0], [%1], %2, %3;" :: "r"(d), "l"(src), "n"(BWD_VEC_BYTES), "l"(pol) : "memory");
+#endif
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N_>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N_) : "memory"); }
+
+__device__ __forceinline__ void ld_shared_vec(uint32_t* d, const uint32_t* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+#if BWD_NW == 4
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(a));
+#else
+  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(d[0]), "=r"(d[1]) : "r"(a));
+#endif
 }
 
 __device__ __forceinline__ void red_add(float* p, float v) {
@@ -264,8 +295,10 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   }
 #endif
 
-  uint32_t xa[K][BWD_NW], da[K][BWD_NW];
   float ra = 0.f;
+#if !BWD_STAGING
+  // x and dy of the thread's vectors in registers (stages 2: the next row group's in a second set)
+  uint32_t xa[K][BWD_NW], da[K][BWD_NW];
   auto load_rows = [&](int g, uint32_t (*xv)[BWD_NW], uint32_t (*dv)[BWD_NW], float& r) {
     const int row = g * R + ty;
     const bool ok = row < M;
@@ -285,20 +318,78 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
     r = ok ? ld_rstd(rstd + row) : 0.f;
 #endif
   };
+#define BWD_FETCH(j)                                                                              \
+  uint32_t xv[BWD_NW], dv[BWD_NW];                                                                \
+  _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) { xv[q] = xa[j][q]; dv[q] = da[j][q]; }
+#else
+  // x and dy copied by cp.async into this thread's own slots of shared memory (it reads back only
+  // what it copied, so cp.async.wait_group is the only synchronisation); stages 2: two buffers
+  extern __shared__ __align__(16) uint32_t dsm[];
+  auto slot = [&](int sb, int a, int j) -> uint32_t* {
+    return dsm + ((size_t)(((sb * R + ty) * 2 + a) * K + j) * tpr + tx) * BWD_NW;
+  };
+  auto load_rows = [&](int g, int sb, float& r) {
+    const int row = g * R + ty;
+    const bool ok = row < M;
+    const size_t base = (size_t)row * (size_t)N;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (ok && own[j]) {
+        const size_t off = base + (size_t)(v0 + tx + j * tpr) * E;
+        cp_async_vec(slot(sb, 0, j), x + off, pol);
+        cp_async_vec(slot(sb, 1, j), dy + off, pol);
+      }
+    }
+    cp_async_commit();
+#if !BWD_RECOMPUTE
+    r = ok ? ld_rstd(rstd + row) : 0.f;
+#endif
+  };
+#define BWD_FETCH(j)                                                                              \
+  uint32_t xv[BWD_NW], dv[BWD_NW];                                                                \
+  if (live && own[j]) {                                                                           \
+    ld_shared_vec(xv, slot(sb, 0, j));                                                            \
+    ld_shared_vec(dv, slot(sb, 1, j));                                                            \
+  } else {                                                                                        \
+    _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) xv[q] = dv[q] = 0u;                        \
+  }
+#endif
 
   int par = 0;
 #if BWD_STAGES == 2
+#if BWD_STAGING
+  if (k0 * R < M) load_rows(k0, 0, ra);
+#else
   if (k0 * R < M) load_rows(k0, xa, da, ra);
+#endif
 #endif
   for (int g = k0; g * R < M; g += nk) {
 #if BWD_STAGES == 2
-    uint32_t xb[K][BWD_NW], db[K][BWD_NW];
     float rb = 0.f;
+#if BWD_STAGING
+    const int sb = par;
+    if ((g + nk) * R < M) {
+      load_rows(g + nk, sb ^ 1, rb);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+#else
+    uint32_t xb[K][BWD_NW], db[K][BWD_NW];
     if ((g + nk) * R < M) load_rows(g + nk, xb, db, rb);
+#endif
+#else
+#if BWD_STAGING
+    const int sb = 0;
+    load_rows(g, 0, ra);
+    cp_async_wait<0>();
 #else
     load_rows(g, xa, da, ra);
 #endif
+#endif
     const int row = g * R + ty;
+    const bool live = row < M;
+    (void)live;
     // pass 1: s[0] = sum x*w*dy, s[1] = sum x*x
     float s[BWD_NV];
 #pragma unroll
@@ -314,11 +405,12 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #pragma unroll
         for (int e = 0; e < E; ++e) wj[e] = 0.f;
 #endif
+      BWD_FETCH(j)
 #pragma unroll
       for (int q = 0; q < BWD_NW; ++q) {
         float xf[EPW], df[EPW];
-        Tr<T>::unpack(xa[j][q], xf);
-        Tr<T>::unpack(da[j][q], df);
+        Tr<T>::unpack(xv[q], xf);
+        Tr<T>::unpack(dv[q], df);
 #pragma unroll
         for (int e = 0; e < EPW; ++e) {
           s[0] = fmaf(xf[e] * wj[q * EPW + e], df[e], s[0]);
@@ -347,12 +439,13 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #pragma unroll
         for (int e = 0; e < E; ++e) wj[e] = 0.f;
 #endif
+      BWD_FETCH(j)
       uint32_t o[BWD_NW];
 #pragma unroll
       for (int q = 0; q < BWD_NW; ++q) {
         float xf[EPW], df[EPW], gf[EPW];
-        Tr<T>::unpack(xa[j][q], xf);
-        Tr<T>::unpack(da[j][q], df);
+        Tr<T>::unpack(xv[q], xf);
+        Tr<T>::unpack(dv[q], df);
 #pragma unroll
         for (int e = 0; e < EPW; ++e) {
           const float xh = xf[e] * r;
@@ -361,17 +454,20 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
         }
         o[q] = Tr<T>::pack(gf);
       }
-      if (row < M && own[j]) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
+      if (live && own[j]) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
     }
 #if BWD_STAGES == 2
+#if !BWD_STAGING
 #pragma unroll
     for (int j = 0; j < K; ++j)
 #pragma unroll
       for (int q = 0; q < BWD_NW; ++q) { xa[j][q] = xb[j][q]; da[j][q] = db[j][q]; }
+#endif
     ra = rb;
 #endif
     par ^= 1;
   }
+#undef BWD_FETCH
 
   // the CTA's dw row: rows of the CTA combined through shared memory (R > 1), one chunk at a time
 #if !BWD_DW_ATOMIC

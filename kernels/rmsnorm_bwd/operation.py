@@ -348,7 +348,9 @@ def _prepare_quack(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun 
 
 def _prepare_liger(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun:
     """Liger's RMSNorm backward, timed alone: its forward is run once here (recording the graph and
-    Liger's own rstd) and each call is `torch.autograd.grad` of that output with dy."""
+    Liger's own rstd) and each call is `torch.autograd.grad` of that output with dy. in_place=False
+    (positional: X, W, eps, offset, casting_mode, in_place): Liger's default writes dx into dy's
+    buffer, which would overwrite the judge's input."""
     torch = _torch()
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction  # noqa: PLC0415
     x, w, dy, _ = _tensors(case, device_inputs)
@@ -356,7 +358,7 @@ def _prepare_liger(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun:
     with torch.enable_grad():
         xg = x.detach().requires_grad_(True)
         wg = w.detach().requires_grad_(True)
-        y = LigerRMSNormFunction.apply(xg, wg, eps)
+        y = LigerRMSNormFunction.apply(xg, wg, eps, 0.0, "llama", False)
 
     def run():
         with torch.enable_grad():

@@ -178,6 +178,39 @@ def test_launch_geometry_of_every_case_and_sampled_genome():
     assert launched > len(cases) * 4
 
 
+def _coverage(geo, M: int, chunks: int) -> "np.ndarray":
+    """How many times the template's index mapping visits each (row, vector): cluster k of K takes
+    row groups k, k + K, ...; rank c owns vectors [c*SV, min(V, (c+1)*SV)); thread (tx, ty) the
+    row g*R + ty and the vectors v0 + tx + j*TPR (j < chunks) of its slice."""
+    import numpy as np  # noqa: PLC0415
+    K = geo.grid // geo.cluster
+    count = np.zeros((M, geo.vectors), dtype=np.int32)
+    for k in range(K):
+        rows = np.concatenate([np.arange(g * geo.rows, min(M, (g + 1) * geo.rows))
+                               for g in range(k, -(-M // geo.rows), K)] or [np.zeros(0, int)])
+        for c in range(geo.cluster):
+            v0, v1 = c * geo.slice_vectors, min(geo.vectors, (c + 1) * geo.slice_vectors)
+            owned = (v0 + np.arange(geo.tpr)[:, None] + np.arange(chunks)[None, :] * geo.tpr).reshape(-1)
+            owned = owned[owned < v1]
+            count[np.ix_(rows, owned)] += 1
+    return count
+
+
+def test_index_mapping_covers_every_row_and_vector_exactly_once():
+    genomes = FAM.sample_genomes(8, 6)
+    cases = [c for c in _cases() if c.params["M"] * c.params["N"] <= 2_000_000]
+    checked = 0
+    for g in genomes:
+        for case in cases:
+            geo = FAMILY.geometry(g, case)
+            if geo is None:
+                continue
+            count = _coverage(geo, case.params["M"], g["chunks"])
+            assert count.min() == 1 and count.max() == 1, (dict(g), case.id)
+            checked += 1
+    assert checked > 50
+
+
 def main_smem_ok(g, geo) -> bool:
     if g["staging"] == "regs":
         return geo.shared_bytes == 0

@@ -1,10 +1,11 @@
 """A run as pandas DataFrames, for notebooks, plots and `evo report`.
 
-    frames = load_run("runs/rmsnorm-fwd-h200-20261129-191846-d0d8")      # a run directory
-    frames = load_run("results/rmsnorm_fwd_h200_run.json")               # an `evo dump` file
-    frames = load_run("sqlite:///runs/evo.db", run_id="...")             # any store URL
+    frames = load_run("runs/<run id>")                            # a run directory
+    frames = load_run("results/<name>_run.json")                  # an `evo dump` file
+    frames = load_run("sqlite:///runs/evo.db", run_id="...")      # any store URL
     frames.evaluations   # one row per evaluation, in append order
-    frames.cases         # one row per (evaluation, benchmark case)
+    frames.cases         # one row per (evaluation, benchmark case); the case parameters the
+                         # family's dispatch key names (frames.keys.columns) are columns
     frames.run           # run_id, family, seed, metric, baseline, config, ...
 
 Every number is the stored one, unrounded: `fitness` is `Record.fitness(metric)` (NaN where the
@@ -21,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from fitness.family import NO_DISPATCH_KEY, DispatchKey, dispatch_key_of
 from fitness.objectives import geomean
 from fitness.records import Evaluation, read_json
 from evo.store.base import Record, RunInfo
@@ -28,8 +30,9 @@ from evo.store.base import Record, RunInfo
 EVAL_COLUMNS = ["seq", "key", "generation", "stage", "operator", "parents", "status", "suspect", "fitness"]
 TAIL_COLUMNS = ["device", "toolkit", "started_at", "finished_at", "duration_s", "gpu_seconds",
                 "copy_ceiling_tbps", "message"]
-CASE_COLUMNS = ["key", "seq", "case", "M", "N", "dtype", "status", "time_us", "spread_us", "samples", "tbps",
-                "max_abs_err", "rel_l2_err"]
+#: a case row: these, the family's key columns (DispatchKey.columns) after "case", then CASE_FIGURES
+CASE_COLUMNS = ["key", "seq", "case"]
+CASE_FIGURES = ["status", "time_us", "spread_us", "samples", "tbps", "max_abs_err", "rel_l2_err"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,9 @@ class RunFrames:
     cases: pd.DataFrame
     run: Mapping[str, Any]
     records: tuple[Record, ...] = field(default=(), repr=False, compare=False)
+    #: the family's dispatch key (fitness.family.dispatch_key_of the run's family): how its results
+    #: are keyed (evo dispatch, playoff, report) and which case parameters are columns of `cases`
+    keys: DispatchKey = field(default=NO_DISPATCH_KEY, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
@@ -185,6 +191,7 @@ def frames_from_records(info: RunInfo, records: Sequence[Record],
 
     objectives = _ordered(k for r in records for k in r.evaluation.objectives)
     genes, legacy = _run_genes(info, records)
+    keys = dispatch_key_of(info.family)
     baselines = sorted({b for r in records for c in r.evaluation.cases for b in c.baselines_us})
 
     rows = []
@@ -205,8 +212,8 @@ def frames_from_records(info: RunInfo, records: Sequence[Record],
                    copy_ceiling_tbps=_float_artifact(ev.artifacts, "copy_ceiling_tbps"), message=ev.message)
         rows.append(row)
         for c in ev.cases:
-            crow: dict[str, Any] = {"key": r.key, "seq": r.seq, "case": c.case, "M": c.params.get("M"),
-                                    "N": c.params.get("N"), "dtype": c.params.get("dtype"),
+            crow: dict[str, Any] = {"key": r.key, "seq": r.seq, "case": c.case,
+                                    **{p: c.params.get(p) for p in keys.columns},
                                     "status": c.status.value, "time_us": _nan(c.time_us),
                                     "spread_us": _nan(c.spread_us), "samples": c.samples, "tbps": _nan(c.tbps),
                                     "max_abs_err": _nan(c.max_abs_err), "rel_l2_err": _nan(c.rel_l2_err)}
@@ -216,7 +223,8 @@ def frames_from_records(info: RunInfo, records: Sequence[Record],
             case_rows.append(crow)
 
     eval_cols = EVAL_COLUMNS + [f"obj.{n}" for n in objectives] + [f"gene.{n}" for n in genes] + TAIL_COLUMNS
-    case_cols = CASE_COLUMNS + [c for b in baselines for c in (f"base.{b}_us", f"speedup.{b}")]
+    case_cols = CASE_COLUMNS + list(keys.columns) + CASE_FIGURES + [c for b in baselines
+                                                                    for c in (f"base.{b}_us", f"speedup.{b}")]
     evaluations = pd.DataFrame(rows, columns=eval_cols)
     evaluations["fitness"] = evaluations["fitness"].astype(float)
     cases = pd.DataFrame(case_rows, columns=case_cols)
@@ -226,7 +234,7 @@ def frames_from_records(info: RunInfo, records: Sequence[Record],
            "metric": metric, "baseline": baseline, "config": dict(info.config), "state": info.state,
            "elapsed_s": info.elapsed_s, "created_at": info.created_at, "notes": dict(info.notes),
            "stop_reason": (info.notes or {}).get("stop_reason", ""), "events": [dict(e) for e in events]}
-    return RunFrames(evaluations, cases, run, records)
+    return RunFrames(evaluations, cases, run, records, keys)
 
 
 def _ordered(names: Iterable[str]) -> list[str]:

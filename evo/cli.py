@@ -54,7 +54,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    "relative to the working directory) or URL#RUN_ID instead of the GPU")
     p.add_argument("--store", metavar="URL", help="SQLAlchemy URL of the store (default: SQLite in the run directory)")
     p.add_argument("--seed", type=int, help="override experiment.seed")
-    p.add_argument("--evaluations", type=int, metavar="N", help="override budget.evaluations (an Optuna stage "
+    p.add_argument("--evaluations", type=int, metavar="COUNT", help="override budget.evaluations (an Optuna stage "
                    "larger than half of it is scaled down to half, with a notice)")
     p.add_argument("--latency", type=float, metavar="S", help="replay: simulated seconds per evaluation")
     p.add_argument("--runs-dir", metavar="DIR", help="override output.runs_dir")
@@ -71,10 +71,20 @@ def _add_run_source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", default=None, help="which run, when the store holds several")
 
 
+def _first_try(repo: Path = Path(__file__).resolve().parent.parent) -> str:
+    """The help's first command: the first experiment config with a recorded dump of its run in
+    results/ (`<config stem>_run.json`), replayed without a GPU."""
+    for cfg in sorted((repo / "experiments").glob("*.toml")):
+        dump = repo / "results" / f"{cfg.stem}_run.json"
+        if dump.is_file():
+            return (f"First try: evo run experiments/{cfg.name} --replay results/{dump.name} "
+                    "(no GPU needed).")
+    return "First try: evo run CONFIG.toml --replay RUN_DUMP.json (a recorded run; no GPU needed)."
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="evo", description="PTX kernel factory: evolve, verify and time GPU kernels.",
-                                 epilog="First try: evo run experiments/rmsnorm_fwd_h200.toml --replay "
-                                        "results/rmsnorm_fwd_h200_run.json (no GPU needed).")
+                                 epilog=_first_try())
     ap.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run_args(sub.add_parser("run", help="start a run from a config"))

@@ -55,7 +55,7 @@ class TargetSection:
 
 @dataclass(frozen=True)
 class BenchmarkSection:
-    matrix: str = _f("default", doc="benchmark matrix name understood by the family, e.g. 'quack:bf16'")
+    matrix: str = _f("default", doc="benchmark matrix name understood by the family (its benchmark_cases())")
     check: bool = _f(True, doc="run the cheap verification stage before the full matrix")
 
 

@@ -26,12 +26,13 @@ import math
 import re
 import shutil
 import subprocess
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from evo.analysis import RunFrames, load_run
-from evo.dispatch import DispatchEntry, build_dispatch
+from evo.dispatch import DispatchEntry, build_dispatch, entry_for, scope
 from fitness.cascade import is_unsupported
 from fitness.records import Status
 
@@ -119,8 +120,8 @@ def _fill(text: str, subs: Mapping[str, str], family: Any = None) -> str:
 
 
 def _find_bench(entries: Sequence[DispatchEntry], bench: str | Path | None) -> tuple[dict | None, Path | None]:
-    """The final table's JSON (`evo table`, or experiments/scripts/bench_rmsnorm.py) measured with this dispatch table:
-    the given file, else one in results/ whose every case's genome is the table's for its width."""
+    """The final table's JSON (`evo table`, or a family's own bench script under experiments/scripts/) measured with
+    this dispatch table: the given file, else one in results/ whose every case's genome is the table's for its point."""
     candidates = [Path(bench)] if bench else sorted((REPO / "results").glob("*.json"))
     for path in candidates:
         try:
@@ -134,8 +135,7 @@ def _find_bench(entries: Sequence[DispatchEntry], bench: str | Path | None) -> t
             if bench:
                 raise ExportError(f"--bench {path}: no 'cases' with genome_key (not an `evo table` result)")
             continue
-        match = all(any(e.covers(str(c.get("dtype")), int(c.get("N", 0))) and e.key == c["genome_key"]
-                        for e in entries) for c in cases)
+        match = all(_serves(entries, c) == c["genome_key"] for c in cases)
         if match:
             return data, path
         if bench:
@@ -143,7 +143,15 @@ def _find_bench(entries: Sequence[DispatchEntry], bench: str | Path | None) -> t
     return None, None
 
 
-def _table_from_bench(data: Mapping[str, Any], path: Path) -> str:
+def _serves(entries: Sequence[DispatchEntry], row: Mapping[str, Any]) -> str | None:
+    """The genome key the table gives a bench row (its case parameters), None if none does."""
+    try:
+        return entry_for(entries, row).key
+    except (LookupError, ValueError):
+        return None
+
+
+def _table_from_bench(data: Mapping[str, Any], path: Path, entries: Sequence[DispatchEntry], base: str) -> str:
     md = path.with_suffix(".md")
     if md.is_file():
         blocks, prev = [], False
@@ -156,26 +164,49 @@ def _table_from_bench(data: Mapping[str, Any], path: Path) -> str:
             prev = is_row
         if blocks:
             return "\n".join(blocks)
-    rows = ["| dtype | M x N | evolved us | TB/s | torch us | vs torch |", "|---|---|---:|---:|---:|---:|"]
+    keys = entries[0].keys
+    head = _case_head(keys)
+    rows = ["| " + " | ".join([*head, f"evolved us | TB/s | {base} us | vs {base} |"]),
+            "|" + "---|" * len(head) + "---:|---:|---:|---:|"]
     for c in data["cases"]:
-        t, b = c.get("evolved_us"), c.get("torch_us")
-        rows.append(f"| {c['dtype']} | {c['M']} x {c['N']} | {t:.1f} | {c.get('evolved_tbps') or 0:.2f} | "
-                    f"{b:.1f} | {b / t:.3f} |" if t and b else f"| {c['dtype']} | {c['M']} x {c['N']} | - | - | - | - |")
+        t, b = c.get("evolved_us"), c.get(f"{base}_us")
+        where = " | ".join(_case_cells(keys, c))
+        rows.append(f"| {where} | {t:.1f} | {c.get('evolved_tbps') or 0:.2f} | {b:.1f} | {b / t:.3f} |" if t and b
+                    else f"| {where} | - | - | - | - |")
     return "\n".join(rows)
+
+
+def _case_head(keys: Any) -> list[str]:
+    """Table columns that say which case a row is: the key's exact fields, then its shape ("M x N")."""
+    return [f.title for f in keys.exact] + ([keys.shape_title] if keys.shape else [])
+
+
+def _case_cells(keys: Any, params: Mapping[str, Any], group: Sequence[str] | None = None) -> list[str]:
+    exact = list(group) if group is not None else [str(params.get(f.name)) for f in keys.exact]
+    return exact + ([keys.shape_of(params)] if keys.shape else [])
 
 
 def _table_from_records(entries: Sequence[DispatchEntry], baseline: str) -> str:
-    rows = [f"| dtype | M x N | genome | evolved us | TB/s | {baseline} us | vs {baseline} |",
-            "|---|---|---|---:|---:|---:|---:|"]
-    for e in entries:
-        for cid, c in sorted(e.cases.items(), key=lambda kv: (kv[1].get("N") or 0, kv[1].get("M") or 0)):
+    keys = entries[0].keys
+    head = _case_head(keys)
+    rows = ["| " + " | ".join([*head, f"genome | evolved us | TB/s | {baseline} us | vs {baseline} |"]),
+            "|" + "---|" * (len(head) + 1) + "---:|---:|---:|---:|"]
+    order = [keys.ordered.name] if keys.ordered is not None else []
+    order += [s for s in keys.shape if s not in order]
+    for e in entries:     # within an entry: by the ordered field, then the rest of the shape
+        for cid, c in sorted(e.cases.items(), key=lambda kv: tuple(_num(kv[1].get(s)) for s in order)):
             base = c.get(f"{baseline}_us")
             sp = c.get("speedup")
-            rows.append(f"| {e.dtype} | {c.get('M')} x {c.get('N')} | {e.key} | {c['time_us']:.1f} | "
+            where = " | ".join(_case_cells(keys, c, e.group))
+            rows.append(f"| {where} | {e.key} | {c['time_us']:.1f} | "
                         f"{(c.get('tbps') or 0):.2f} | {base:.1f} | {sp:.3f} |" if base and sp else
-                        f"| {e.dtype} | {c.get('M')} x {c.get('N')} | {e.key} | {c['time_us']:.1f} | "
+                        f"| {where} | {e.key} | {c['time_us']:.1f} | "
                         f"{(c.get('tbps') or 0):.2f} | - | - |")
     return "\n".join(rows)
+
+
+def _num(v: Any) -> Any:
+    return v if isinstance(v, (int, float)) else 0
 
 
 # -- export -----------------------------------------------------------------------------------
@@ -208,8 +239,8 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
     try:
         from evo.playoff import read_winners
 
-        winners = read_winners(playoff) if playoff else None
-        entries = build_dispatch(frames.records, baseline=baseline, winners=winners)
+        winners = read_winners(playoff, frames.keys) if playoff else None
+        entries = build_dispatch(frames.records, frames.keys, baseline=baseline, winners=winners)
     except ValueError as exc:        # only the playoff can be wrong here: a file that is not one, or another run's
         raise ExportError(f"--playoff {playoff}: {exc}") from None
     if not entries:
@@ -274,18 +305,18 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
                       "entries": sorted(res.kernels), "toolkit": res.toolkit,
                       "compile_hash": res.source_hash, "judge_compile_hash": judged,
                       "same_compile_as_judge": judged == res.source_hash if judged else None}
-    measured = sorted({e.dtype for e in entries})
-    pairs = list(family.dtype_pairs()) if hasattr(family, "dtype_pairs") else [(d, "fp32") for d in measured]
-    weight_dtype = pairs[0][1]
+    measured = sorted({e.group for e in entries})
+    served = [tuple(g) for g in family.export_groups()] or measured       # the family's order
+    settings = {str(k): str(v) for k, v in family.export_settings().items()}
     table_entries = [dict(e.to_dict(), measured=True) for e in entries]
-    donor = "bf16" if "bf16" in measured else measured[0]
-    for dt, _ in pairs:          # dtypes the run did not time: the donor's ranges (same kernels)
-        if dt not in measured:
-            table_entries += [{"dtype": dt, "n_min": e.n_min, "n_max": e.n_max, "key": e.key, "genome": dict(e.genome),
-                               "cases": {}, "measured": False, "ranges_from": donor}
-                              for e in entries if e.dtype == donor]
+    donor = next((g for g in served if g in measured), measured[0])
+    for group in served:         # groups the run did not time: the donor's ranges (same kernels)
+        if group not in measured:
+            table_entries += [dict(DispatchEntry(e.keys, group, e.lo, e.hi, e.key, e.genome).to_dict(),
+                                   measured=False, ranges_from="/".join(donor))
+                              for e in entries if e.group == donor]
     dispatch = {"family": family_name, "run_id": frames.run["run_id"], "metric": frames.metric,
-                "baseline": baseline, "arch": arch, "weight_dtype": weight_dtype,
+                "baseline": baseline, "arch": arch, **settings,
                 "entries": table_entries, "kernels": kernels}
     (pdir / "dispatch.json").write_text(json.dumps(dispatch, indent=1) + "\n")
     (pdir / "_geometry.py").write_text(geometry_src)
@@ -305,12 +336,13 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
         "source": str(source),
     }
     if playoff:     # the widths whose genome a same-process playoff chose, not the recorded fastest
-        provenance["playoff"] = {"file": str(playoff), "winners": {f"{d}/{n}": k for (d, n), k in sorted(winners.items())}}
+        provenance["playoff"] = {"file": str(playoff),
+                                 "winners": {frames.keys.slug(p): k for p, k in sorted(winners.items())}}
     (pdir / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
 
     cupy_wheel = cupy_for_toolkit(str(getattr(compiler, "toolkit", "") or ""))
     subs = {"__PKG__": pkg, "__RUN_ID__": frames.run["run_id"], "__VERSION__": PACKAGE_VERSION,
-            "__WEIGHT_DTYPE__": weight_dtype, "__CUPY__": cupy_wheel}
+            **{f"__{k.upper()}__": v for k, v in settings.items()}, "__CUPY__": cupy_wheel}
     (pdir / "__init__.py").write_text(_fill((templates / "__init__.py.tmpl").read_text(), subs))
     bench_src = _fill((templates / "bench.py.tmpl").read_text(), subs, family)
     (pdir / "bench.py").write_text(bench_src)
@@ -320,7 +352,7 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
     (out / "pyproject.toml").write_text(_pyproject(pkg, frames.run["run_id"], cupy_wheel))
     (out / f"{BUILD_BACKEND}.py").write_text(_build_backend())
     if bench_data:
-        table = _table_from_bench(bench_data, bench_path)
+        table = _table_from_bench(bench_data, bench_path, entries, baseline)
         measured_note = (f"Measured by the factory's benchmark (`{bench_data.get('command', '')}`) on "
                          f"{bench_data.get('gpu', '?')}; versions: `{json.dumps(bench_data.get('versions'))}`.")
     else:
@@ -464,11 +496,21 @@ def _readme(pkg: str, family: str, frames: RunFrames, dispatch: Mapping[str, Any
             prov: Mapping[str, Any], usage: Mapping[str, str]) -> str:
     """The package's README: the factory's frame (run, measured table, dispatch, files) around the
     family's own parts (kernels/<family>/export/usage.md.tmpl and files.md.tmpl)."""
-    rows = ["| dtype | N range | genome | measured |", "|---|---|---|---|"]
-    for e in dispatch["entries"]:
-        hi = e["n_max"] if e["n_max"] is not None else "inf"
-        rows.append(f"| {e['dtype']} | {e['n_min']}..{hi} | {e['key']} | "
-                    f"{'yes' if e['measured'] else 'no (ranges of ' + e.get('ranges_from', '?') + ')'} |")
+    keys = frames.keys
+    head = [f.title for f in keys.exact] + ([f"{keys.ordered.title} range"] if keys.ordered is not None else [])
+    rows = ["| " + " | ".join([*head, "genome | measured |"]), "|" + "---|" * (len(head) + 2)]
+    for d in dispatch["entries"]:
+        e = DispatchEntry.from_dict(d, keys)
+        where = [*e.group, *([e.range_label] if keys.ordered is not None else [])]
+        rows.append("| " + " | ".join([*where, e.key]) + " | "
+                    f"{'yes' if d['measured'] else 'no (ranges of ' + d.get('ranges_from', '?') + ')'} |")
+    ordered = keys.ordered.title if keys.ordered is not None else ""
+    groups = " and ".join(f.title for f in keys.exact) or "group"
+    dispatch_note = (f"One genome per {scope(keys)} (the fastest verified genome at each measured {ordered or 'point'} "
+                     f"of the run)." + (f" {ordered} values between measured ones use the next range up;" if ordered else "")
+                     + f" a {groups} the run did not time reuses a timed one's ranges (correct, verified by the "
+                     "package tests, but not tuned for it).")
+    dispatch_note = textwrap.fill(dispatch_note, 98)
     fac = prov["factory"]
     return f"""# {pkg}
 
@@ -487,9 +529,7 @@ and CUDA sources, the genomes and the dispatch table.
 
 ## Dispatch
 
-One genome per dtype and row-width range (the fastest verified genome at each measured width of
-the run). Widths between measured ones use the next range up; dtypes the run did not time reuse
-the timed dtype's ranges (correct, verified by the package tests, but not tuned for them).
+{dispatch_note}
 
 {chr(10).join(rows)}
 

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from fitness.records import Evaluation, read_json
 from genomes import GeneSpace, load_space
-from operators.guided import GuidedOperator, Rule, improved
+from operators.guided import RULES_DIR, GuidedOperator, Rule, improved
 
 OPERATORS = ("guided", "mutation")
 
@@ -154,6 +154,13 @@ def run_seed(seed: int, pool: Mapping[str, Evaluation], index: _Index, operator:
     return out
 
 
+def _latest_rules(family: str) -> str:
+    """The rules file GuidedOperator.for_family takes for a family (the latest version), relative to
+    the repository, as the study's page names it."""
+    found = sorted(RULES_DIR.glob(f"{family}_v*.toml"), key=lambda p: int(p.stem.rsplit("_v", 1)[1]))
+    return str(found[-1].relative_to(RULES_DIR.parent.parent)) if found else ""
+
+
 def study(paths: Sequence[str | Path], *, seeds: int = 20, children: int = 60, population: int = 8,
           max_distance: int = 3, tournament: int = 3, rules: str = "") -> dict[str, Any]:
     evaluations, meta = load_recordings(paths)
@@ -166,6 +173,7 @@ def study(paths: Sequence[str | Path], *, seeds: int = 20, children: int = 60, p
             continue
         pool[e.key] = e
     guided = GuidedOperator.for_family(space, meta["family"], rules, metric=meta["metric"], baseline=meta["baseline"])
+    rules_file = rules or _latest_rules(meta["family"])
     index = _Index(pool, space, guided)
     per_seed = [run_seed(s, pool, index, op, metric=meta["metric"], children=children, population=population,
                          max_distance=max_distance, tournament=tournament)
@@ -195,7 +203,7 @@ def study(paths: Sequence[str | Path], *, seeds: int = 20, children: int = 60, p
         "guided_directed_improvement_rate": statistics.median(
             [r["directed_improvement_rate"] for r in per_seed
              if r["operator"] == "guided" and r["directed_improvement_rate"] is not None] or [math.nan]),
-        "rules_fired": dict(fired.most_common()),
+        "rules_fired": dict(fired.most_common()), "rules_file": str(rules_file),
         "paired_improvement_rate": paired,
         "per_seed": per_seed,
         "dense_slice": "not yet recorded: a densely recorded slice (every genome the operators can ask for) "
@@ -265,7 +273,7 @@ def write(result: Mapping[str, Any], out: str | Path) -> tuple[Path, Path]:
         f"- The replay answers only recorded genomes, so both operators are restricted alike: from a parent each may "
         f"propose only a recorded genome, not yet judged in the seed, that differs from the parent in 1 to "
         f"{r['max_distance']} genes. Plain mutation picks one uniformly; guided picks one that moves the genes of a "
-        "rule fired by the parent's recorded evidence (operators/rules/rmsnorm_v1.toml: ptxas spills and registers, "
+        f"rule fired by the parent's recorded evidence ({r.get('rules_file') or 'the family rules'}: ptxas spills and registers, "
         "per-case TB/s over the measured copy ceiling, failures) in the rule's direction; when no recorded "
         "neighbour follows any fired rule it falls back to a uniform pick, as mutation does (counted below).",
         f"- Each seed starts both operators from the same {r['population']} random recorded genomes and picks "

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from evo.analysis import RunFrames, copy_ceiling, gene_effects_table, operator_table, per_generation
+from fitness.family import DispatchKey
 
 DEFAULT_COPY_CEILING_TBPS = 4.27   # H200, read + write (DESIGN.md); the run's measured value wins
 
@@ -32,11 +33,25 @@ def _no_data(ax: Axes, what: str) -> None:
     ax.set_yticks([])
 
 
-def _case_labels(cases) -> list[str]:
-    """Short x labels: 'N' when every case shares M and dtype, else the case id."""
-    if cases["M"].nunique() <= 1 and cases["dtype"].nunique() <= 1:
-        return [_short(n) for n in cases["N"]]
-    return [f"{d} {m}x{_short(n)}" for d, m, n in zip(cases["dtype"], cases["M"], cases["N"])]
+def _case_labels(cases, keys: DispatchKey) -> list[str]:
+    """Short x labels from the family's dispatch key: the ordered field's value (e.g. a row width,
+    4K) when every other key column is the same for all cases, else the groups' values and the
+    shape ("<group> 32768x4K"); the case id when the key names no column."""
+    cols = [c for c in keys.columns if c in cases.columns]
+    if not cols:
+        return [str(c) for c in cases["case"]]
+    ordered = keys.ordered.name if keys.ordered is not None else None
+
+    def short(col, v):
+        return _short(v) if col == ordered else str(v)
+
+    if ordered in cols and all(cases[c].nunique() <= 1 for c in cols if c != ordered):
+        return [_short(v) for v in cases[ordered]]
+    labels = []
+    for _, row in cases.iterrows():
+        shape = "x".join(short(c, row[c]) for c in keys.shape if c in cases.columns)
+        labels.append(" ".join([*(str(row[f.name]) for f in keys.exact if f.name in cases.columns), shape]).strip())
+    return labels
 
 
 def _short(n) -> str:
@@ -115,7 +130,7 @@ def speedup_per_case(frames: RunFrames, ax: Axes | None = None) -> Figure:
     for i, name in enumerate(names):
         ax.bar(x + (i - (len(names) - 1) / 2) * width, cases[f"speedup.{name}"].fillna(0.0), width, label=name)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(x, _case_labels(cases), rotation=45, ha="right")
+    ax.set_xticks(x, _case_labels(cases, frames.keys), rotation=45, ha="right")
     ax.set_ylabel("speedup (baseline time / kernel time)")
     ax.set_title(f"best genome {frames.best()['key']}: speedup per case", fontsize="medium")
     ax.legend(title="vs")
@@ -138,7 +153,7 @@ def bandwidth(frames: RunFrames, ax: Axes | None = None,
         ax.plot(x, implied, linestyle="none", marker="_", markersize=14, markeredgewidth=2.5, zorder=3, label=name)
     ceiling = copy_ceiling(frames, ceiling_tbps)
     ax.axhline(ceiling, color="tab:red", linestyle="--", label=f"copy ceiling {ceiling:.2f} TB/s")
-    ax.set_xticks(x, _case_labels(cases), rotation=45, ha="right")
+    ax.set_xticks(x, _case_labels(cases, frames.keys), rotation=45, ha="right")
     ax.set_ylabel("TB/s (fewest bytes moved / time)")
     ax.set_ylim(0, max(ceiling, float(np.nanmax(cases["tbps"]))) * 1.1)
     ax.legend(loc="lower right", fontsize="small")

@@ -1,6 +1,6 @@
 """`evo report`: one self-contained Markdown page per run, with its figures as PNGs beside it.
 
-    write_report(load_run("results/rmsnorm_fwd_h200_run.json"), "reports/rmsnorm") -> .../report.md
+    write_report(load_run("results/<name>_run.json"), "reports/<name>") -> .../report.md
 
 The page holds the run header (id, family, seed, metric, device, toolkit, counts by status, stop
 reason), the best genome and its per-case table against every baseline, the dispatch table
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from evo.analysis import RunFrames, case_occupancy, one_gene_occupancy, one_gene_pairs, one_gene_summary, operator_table
-from evo.dispatch import build_dispatch, markdown_rows
+from evo.dispatch import build_dispatch, markdown_rows, scope
+from fitness.family import KeyPoint
 from fitness.objectives import geomean
 from fitness.records import CaseResult, Evaluation, Status
 
@@ -46,7 +47,7 @@ def _evaluations(frames: RunFrames) -> list[Evaluation]:
     for _, row in frames.evaluations.iterrows():
         cases = frames.cases[frames.cases["key"] == row["key"]]
         crs = tuple(CaseResult(case=c["case"], status=Status(c["status"]),
-                               params={"M": c["M"], "N": c["N"], "dtype": c["dtype"]},
+                               params={p: c[p] for p in frames.keys.columns},
                                time_us=None if math.isnan(c["time_us"]) else c["time_us"],
                                tbps=None if math.isnan(c["tbps"]) else c["tbps"],
                                baselines_us={b: c[f"base.{b}_us"] for b in bases
@@ -84,7 +85,7 @@ def _yield_section(frames: RunFrames) -> list[str]:
 
 
 def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110,
-                 winners: Mapping[tuple[str, int], str] | None = None, playoff: str | Path | None = None) -> Path:
+                 winners: Mapping[KeyPoint, str] | None = None, playoff: str | Path | None = None) -> Path:
     """Write out_dir/report.md and one PNG per figure; returns the path of report.md. `winners`
     (evo.playoff.read_winners of the file `playoff`) replace the recorded fastest of the widths a
     dispatch playoff contested, as in `evo dispatch --playoff`; ValueError if the run cannot
@@ -149,11 +150,12 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110,
     occupancy = case_occupancy(frames)       # per (genome, case): resident CTAs and warps per SM
     lines += ["## Dispatch table", ""]
     baseline = run.get("baseline") or (frames.baselines[0] if frames.baselines else "torch")
-    entries = build_dispatch(_evaluations(frames), baseline=baseline, winners=winners)
+    keys = frames.keys
+    entries = build_dispatch(_evaluations(frames), keys, baseline=baseline, winners=winners)
     if not entries:
         lines += ["No verified evaluation with timed cases in this run.", ""]
     else:
-        lines += ["For each dtype and row-width range, the verified genome with the smallest geomean time "
+        lines += [f"For each {scope(keys)}, the verified genome with the smallest geomean time "
                   "there (evo.dispatch)" + (f"; on the {len(winners)} widths the playoff `{Path(playoff).name}` "
                                             "contested, its winner (genomes judged again side by side in one "
                                             "process, `evo playoff`)." if winners else "."), ""]
@@ -163,9 +165,8 @@ def write_report(frames: RunFrames, out_dir: str | Path, dpi: int = 110,
             tb = frames.cases.set_index(["key", "case"])
             per_case = []
             for e in entries:
-                for case in sorted(e.cases, key=lambda c: (c.split("/")[0], int(c.rsplit("x", 1)[1]))):
-                    if (e.key, case) not in occ.index or (e.key, case) not in tb.index:
-                        continue
+                here = [c for c in e.cases if (e.key, c) in occ.index and (e.key, c) in tb.index]
+                for case in sorted(here, key=lambda c: keys.point(tb.loc[(e.key, c)])):   # by the ordered field
                     o, c = occ.loc[(e.key, case)], tb.loc[(e.key, case)]
                     per_case.append([case, f"`{e.key[:8]}`", c["time_us"], c["tbps"], int(o["ctas_per_sm"]),
                                      int(o["warps_per_sm"]), o["occupancy_limit"]])

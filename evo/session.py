@@ -10,7 +10,7 @@ from fitness.replay import ReplayEvaluator
 from genomes import load_space
 from evo.config import Config
 from evo.evaluators import build_evaluator, check_environment
-from evo.lessons import carried_evaluations, prior_evaluations, seed_evidence, seed_genomes
+from evo.lessons import carried_evaluations, prior_evaluations, run_lessons, seed_evidence, seed_genomes
 from evo.progress import ProgressBar
 from evo.rundir import RunDir, create_run_dir, open_run_dir
 from evo.run import Run, RunSummary, new_run_info
@@ -54,7 +54,8 @@ def _execute(rd: RunDir, quiet: bool = False) -> tuple[RunSummary, int | None]:
         with evaluator:
             run = Run(cfg, space, store, evaluator, rd.run_id, optuna_storage=rd.optuna_storage,
                       seeds=seed_genomes(cfg, space, evidence), prior=prior_evaluations(cfg, space, evidence),
-                      carried=carried_evaluations(cfg, space, evidence), on_progress=bar)
+                      carried=carried_evaluations(cfg, space, evidence), on_progress=bar,
+                      lessons=run_lessons(cfg, evaluator))
             try:
                 return run.optimize(), recorded
             finally:
@@ -238,7 +239,8 @@ def _frames_or_error(source: str | Path, run_id: str | None):
 def print_dispatch(source: str | Path, baseline: str | None = None, out: str | Path | None = None,
                    playoff: str | Path | None = None, run_id: str | None = None) -> int:
     """`evo dispatch` for a run directory, a store URL or an `evo dump` JSON file (the committed
-    recordings are dumps: results/rmsnorm_dispatch.json is rebuilt from one and its playoff)."""
+    recordings are dumps: results/<family>_dispatch.json is rebuilt from one and its playoff). The
+    table is keyed by the run's family (KernelFamily.dispatch_key(): frames.keys)."""
     import json
 
     from evo.dispatch import build_dispatch, markdown_rows
@@ -249,8 +251,8 @@ def print_dispatch(source: str | Path, baseline: str | None = None, out: str | P
         return 2
     baseline = baseline or frames.run.get("baseline") or "torch"
     try:
-        entries = build_dispatch(frames.records, baseline=baseline,
-                                 winners=read_winners(playoff) if playoff else None)
+        entries = build_dispatch(frames.records, frames.keys, baseline=baseline,
+                                 winners=read_winners(playoff, frames.keys) if playoff else None)
     except ValueError as exc:        # only the playoff can be wrong here: a file that is not one, or another run's
         print(f"error: --playoff {playoff}: {exc}", file=sys.stderr)
         return 2
@@ -277,7 +279,7 @@ def report_run(source: str | Path, out: str | Path, run_id: str | None = None,
     if frames is None:
         return 2
     try:
-        winners = read_winners(playoff) if playoff else None
+        winners = read_winners(playoff, frames.keys) if playoff else None
         path = write_report(frames, out, winners=winners, playoff=playoff)
     except ValueError as exc:        # the playoff: a file that is not one, or another run's
         print(f"error: --playoff {playoff}: {exc}", file=sys.stderr)

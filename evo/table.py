@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evo.dispatch import DispatchEntry, build_dispatch, lookup
+from evo.dispatch import DispatchEntry, build_dispatch, entry_for
 from fitness.objectives import geomean
 
 
@@ -39,7 +39,7 @@ def time_dispatch(ev: Any, entries: Sequence[DispatchEntry], genomes: Mapping[st
     for c in ev.settings.bench_cases:
         if wanted and c.id not in wanted:
             continue
-        serves.setdefault(lookup(entries, c.params["dtype"], int(c.params["N"])).key, []).append(c.id)
+        serves.setdefault(entry_for(entries, c.params).key, []).append(c.id)
     results = {}
     for key, g in genomes.items():
         if key not in serves:
@@ -60,7 +60,7 @@ def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any]) -> d
     rows = {}
     for key, e in results.items():
         for cr in e.cases:
-            if lookup(entries, str(cr.params["dtype"]), int(cr.params["N"])).key == key:
+            if entry_for(entries, cr.params).key == key:
                 rows[cr.case] = {"key": key, "cr": cr}
     return rows
 
@@ -127,7 +127,8 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
 
     run = run_to_judge(source, run_id=run_id, matrix=matrix)
     frames, space, family, matrix = run.frames, run.space, run.family, run.matrix
-    entries = build_dispatch(frames.records, baseline=run.baseline, winners=read_winners(playoff) if playoff else None)
+    entries = build_dispatch(frames.records, frames.keys, baseline=run.baseline,
+                             winners=read_winners(playoff, frames.keys) if playoff else None)
     if not entries:
         raise TableError(f"run {frames.run['run_id']}: no verified evaluation with timed cases, no dispatch table")
     genomes = {e.key: space.make(e.genome) for e in entries}

@@ -377,6 +377,15 @@ def load_family(name: str, root: Path = KERNELS_DIR) -> KernelFamily:
 
 
 
+def dispatch_key_of(name: str, root: Path = KERNELS_DIR) -> DispatchKey:
+    """The dispatch key of the family `name` (how a recorded run of it is keyed), NO_DISPATCH_KEY
+    when kernels/ holds no such family (frames of a run this checkout cannot judge still load)."""
+    try:
+        return load_family(name, root).dispatch_key() if name else NO_DISPATCH_KEY
+    except FamilyNotFound:
+        return NO_DISPATCH_KEY
+
+
 def import_sibling(family_file: str, module: str):
     """Import `module`.py from the folder of a family file (kernels/ is not a package)."""
     path = Path(family_file).resolve().parent / f"{module}.py"

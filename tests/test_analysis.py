@@ -197,7 +197,7 @@ def test_write_report(dump_frames, tmp_path):
 
     dispatch = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
     playoff = REPO / "results" / "playoff.json" if dispatch.get("playoff") else None
-    path = write_report(dump_frames, tmp_path / "rep", winners=read_winners(playoff) if playoff else None,
+    path = write_report(dump_frames, tmp_path / "rep", winners=read_winners(playoff, dump_frames.keys) if playoff else None,
                         playoff=playoff)
     text = path.read_text()
     assert path.name == "report.md"

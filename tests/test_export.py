@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from evo.dispatch import build_dispatch, lookup
+from fitness.family import KeyPoint
 from evo.export import ExportError, export_run
 from fitness.family import load_family
 from fitness.toolchain import find_nvcc, find_tool, ToolchainError
@@ -83,7 +84,13 @@ def _frames():
 def _entries():
     from evo.playoff import read_winners
 
-    return build_dispatch(_frames().records, baseline="torch", winners=read_winners(PLAYOFF) if PLAYOFF else None)
+    frames = _frames()
+    return build_dispatch(frames.records, frames.keys, baseline="torch",
+                          winners=read_winners(PLAYOFF, frames.keys) if PLAYOFF else None)
+
+
+def _at(dtype, n):
+    return KeyPoint((dtype,), n)
 
 
 # -- the files ----------------------------------------------------------------------------------
@@ -102,8 +109,10 @@ def test_package_has_every_file(exported):
     table = json.loads((root / PKG / "dispatch.json").read_text())
     assert table["run_id"] == json.loads(RUN.read_text())["run_id"] and table["arch"] == "sm_90a"
     assert {e["dtype"] for e in table["entries"]} == {"bf16", "fp16", "fp32"}
-    assert [(e["dtype"], e["n_min"], e["n_max"], e["key"]) for e in table["entries"] if e["measured"]] == \
-        [(e.dtype, e.n_min, e.n_max, e.key) for e in _entries()]
+    assert [((e["dtype"],), e["n_min"], e["n_max"], e["key"]) for e in table["entries"] if e["measured"]] == \
+        [(e.group, e.lo, e.hi, e.key) for e in _entries()]
+    assert table["weight_dtype"] == "fp32" and list(table)[:6] == ["family", "run_id", "metric", "baseline", "arch",
+                                                                   "weight_dtype"]   # the family's export_settings()
     for k, info in table["kernels"].items():
         assert info["nvcc_flags"][:4] == ["-cubin", "-gencode", "arch=compute_90a,code=sm_90a", "-O3"]
         assert "-std=c++17" in info["nvcc_flags"]
@@ -199,7 +208,7 @@ for call in (lambda: p.rmsnorm(None, None), lambda: p.rmsnorm_cupy(None, None)):
     assert len(errors) == 2
     for line in errors:
         assert "sm_90a" in line and "H100/H200" in line and "found" in line
-    assert f"plan {lookup(_entries(), 'bf16', 4096).key} rmsnorm_fwd_bf16_fp32" in run.stdout
+    assert f"plan {lookup(_entries(), _at('bf16', 4096)).key} rmsnorm_fwd_bf16_fp32" in run.stdout
     # the bench's options parse on any machine (torch and cupy are imported after)
     run = subprocess.run([sys.executable, "-m", f"{PKG}.bench", "--help"], capture_output=True, text=True,
                          cwd=tmp_path, env=env, timeout=120)
@@ -312,12 +321,12 @@ def test_package_plan_follows_the_dispatch_table(exported):
         for n in (8, 256, 264, 1000, 4096, 8200, 65536, 131072, 262144, 1 << 20):
             for dt in ("bf16", "fp16", "fp32"):
                 key, launch = mod.plan(199, n, dt)
-                want = lookup(entries, dt, n)
+                want = lookup(entries, _at(dt, n))
                 if packaged_launch(want.genome, 199, n, dt) is not None:
                     assert key == want.key                          # the table has ranges per dtype
                 else:   # beyond what its genome can hold: the nearest range of the dtype that can
-                    same = sorted((e for e in entries if e.dtype == dt),
-                                  key=lambda e: (e.n_min - n) if n < e.n_min else max(0, n - (e.n_max or n)))
+                    same = sorted((e for e in entries if e.group == (dt,)),
+                                  key=lambda e: (e.lo - n) if n < e.lo else max(0, n - (e.hi or n)))
                     assert key == next(e.key for e in same if packaged_launch(e.genome, 199, n, dt))
                     fallbacks += 1
                 assert launch["kernel"].startswith(f"rmsnorm_fwd_{dt}_fp32")

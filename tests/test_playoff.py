@@ -10,10 +10,16 @@ import pytest
 
 from evo.dispatch import build_dispatch, complete_evidence, lookup
 from evo.playoff import Contest, Playoff, contenders, markdown, run_playoff, winners_from_dict
+from fitness.family import KeyPoint, dispatch_key_of
 from fitness.records import CaseResult, Evaluation, Status, read_json
 from tests.conftest import REPO, subprocess_env
 
 RUN = REPO / "results" / "rmsnorm_fwd_h200_run.json"
+KEYS = dispatch_key_of("rmsnorm")          # (dtype, N): the forward family's dispatch key
+
+
+def P(dtype, n):
+    return KeyPoint((dtype,), n)
 
 
 @pytest.fixture(scope="module")
@@ -22,21 +28,21 @@ def evaluations():
 
 
 def test_contenders_are_the_genomes_within_the_margin_of_each_widths_fastest(evaluations):
-    table = {(e.dtype, n): e.key for e in build_dispatch(evaluations)
+    table = {KeyPoint(e.group, n): e.key for e in build_dispatch(evaluations, KEYS)
              for n in {int(c["N"]) for c in e.cases.values()}}
-    evidence = complete_evidence(evaluations)
-    contests = contenders(evaluations, margin=0.03, limit=3)
+    evidence = complete_evidence(evaluations, KEYS)
+    contests = contenders(evaluations, KEYS, margin=0.03, limit=3)
     assert 20 <= len(contests) <= len(evidence)            # session 8: 30 of 33 widths within 3 %
     for c in contests:
-        assert c.contenders[0] == table[(c.dtype, c.n)]    # the run's own winner first
+        assert c.contenders[0] == table[c.point]           # the run's own winner first
         assert 2 <= len(c.contenders) <= 3 and len(set(c.contenders)) == len(c.contenders)
         best = c.recorded_us[c.contenders[0]]
         assert all(best <= c.recorded_us[k] <= best * 1.03 for k in c.contenders)
-        assert set(c.cases) == set(next(iter(evidence[(c.dtype, c.n)].values())))
-    tight = contenders(evaluations, margin=0.001, limit=2)
+        assert set(c.cases) == set(next(iter(evidence[c.point].values())))
+    tight = contenders(evaluations, KEYS, margin=0.001, limit=2)
     assert len(tight) < len(contests) and all(len(c.contenders) == 2 for c in tight)
     with pytest.raises(ValueError, match="limit >= 2"):
-        contenders(evaluations, limit=1)
+        contenders(evaluations, KEYS, limit=1)
 
 
 def _judge(times, fail=()):
@@ -57,7 +63,7 @@ def _judge(times, fail=()):
 
 
 def _contest(keys, recorded):
-    return Contest("bf16", 256, ("bf16/32768x256",), tuple(keys), dict(zip(keys, recorded)))
+    return Contest(KEYS, P("bf16", 256), ("bf16/32768x256",), tuple(keys), dict(zip(keys, recorded)))
 
 
 def test_the_playoff_rotates_the_order_and_takes_the_smallest_median():
@@ -68,9 +74,10 @@ def test_the_playoff_rotates_the_order_and_takes_the_smallest_median():
     assert calls == ["A", "B", "C", "B", "C", "A", "C", "A", "B"]
     assert res.medians == pytest.approx({"A": 14.0, "B": 13.7, "C": 14.2})
     assert res.winner == "B"
-    playoff = Playoff([res], margin=0.03, repeats=3, meta={"command": "cmd", "run_id": "r", "device": "H200"})
-    assert playoff.winners() == {("bf16", 256): "B"} and playoff.changed() == [res]
+    playoff = Playoff([res], margin=0.03, repeats=3, keys=KEYS, meta={"command": "cmd", "run_id": "r", "device": "H200"})
+    assert playoff.winners() == {P("bf16", 256): "B"} and playoff.changed() == [res]
     text = markdown(playoff)
+    assert "| dtype | N | genome | recorded us | playoff us | repeats | |\n|---|---:|---|---:|---:|---:|---|" in text
     assert "| bf16 | 256 | `B` | 13.9 | 13.7 | 3 | winner |" in text and "| bf16 | 256 | `A` | 13.8 | 14.0 | 3 | (run's) |" in text
     assert "changed the winner on 1: bf16 256." in text
 
@@ -91,30 +98,32 @@ def test_ties_keep_the_runs_winner():
 
 
 def test_the_dispatch_takes_the_playoffs_winners_and_refuses_foreign_ones(evaluations):
-    contests = contenders(evaluations, margin=0.03, limit=3)
-    pick = next(c for c in contests if c.dtype == "bf16" and c.n == 1024)
+    contests = contenders(evaluations, KEYS, margin=0.03, limit=3)
+    pick = next(c for c in contests if c.point == P("bf16", 1024))
     runner_up = pick.contenders[1]
-    table = build_dispatch(evaluations, winners={("bf16", 1024): runner_up})
-    assert [e.key for e in table if e.covers("bf16", 1024)] == [runner_up]
-    plain = build_dispatch(evaluations)
-    for dtype, n in complete_evidence(evaluations):        # every other width keeps the recorded winner
-        if (dtype, n) != ("bf16", 1024):
-            assert lookup(table, dtype, n).key == lookup(plain, dtype, n).key
+    table = build_dispatch(evaluations, KEYS, winners={P("bf16", 1024): runner_up})
+    assert [e.key for e in table if e.covers(P("bf16", 1024))] == [runner_up]
+    plain = build_dispatch(evaluations, KEYS)
+    for point in complete_evidence(evaluations, KEYS):     # every other width keeps the recorded winner
+        if point != P("bf16", 1024):
+            assert lookup(table, point).key == lookup(plain, point).key
     with pytest.raises(ValueError, match="no complete verified evidence"):
-        build_dispatch(evaluations, winners={("bf16", 1024): "0" * 20})
-    with pytest.raises(ValueError, match="not measured in this run"):
-        build_dispatch(evaluations, winners={("bf16", 12345): pick.contenders[0]})
+        build_dispatch(evaluations, KEYS, winners={P("bf16", 1024): "0" * 20})
+    with pytest.raises(ValueError, match=r"points \['bf16 N=12345'\] were not measured in this run"):
+        build_dispatch(evaluations, KEYS, winners={P("bf16", 12345): pick.contenders[0]})
 
 
 def test_a_playoff_file_round_trips_its_winners(tmp_path):
     contest = _contest(["A", "B"], [13.8, 13.9])
     evaluate, _ = _judge({"A": [14.0], "B": [13.0]})
-    playoff = Playoff(run_playoff(evaluate, {"A": {"key": "A"}, "B": {"key": "B"}}, [contest], repeats=1), 0.03, 1)
+    playoff = Playoff(run_playoff(evaluate, {"A": {"key": "A"}, "B": {"key": "B"}}, [contest], repeats=1), 0.03, 1, KEYS)
     path = tmp_path / "p.json"
     path.write_text(json.dumps(playoff.to_dict()))
-    assert winners_from_dict(read_json(path)) == {("bf16", 256): "B"}
+    assert [(w["dtype"], w["N"]) for w in read_json(path)["widths"]] == [("bf16", 256)]   # the committed format
+    assert winners_from_dict(read_json(path), KEYS) == {P("bf16", 256): "B"}
+    assert winners_from_dict(read_json(REPO / "results" / "playoff.json"), KEYS)       # the committed file reads
     with pytest.raises(ValueError, match="not a dispatch playoff file"):
-        winners_from_dict(read_json(REPO / "results" / "rmsnorm_dispatch.json"))
+        winners_from_dict(read_json(REPO / "results" / "rmsnorm_dispatch.json"), KEYS)
 
 
 def test_evo_dispatch_and_export_take_a_playoff_file(evaluations, tmp_path):
@@ -131,11 +140,11 @@ def test_evo_dispatch_and_export_take_a_playoff_file(evaluations, tmp_path):
         {"evaluator.kind": "replay", "evaluator.replay": str(RUN), "output.progress": False})
     rd = create_run_dir(cfg, tmp_path / "runs")
     execute(rd, quiet=True)
-    pick = next(c for c in contenders(evaluations, margin=0.03) if c.dtype == "fp16" and c.n == 2048)
+    pick = next(c for c in contenders(evaluations, KEYS, margin=0.03) if c.point == P("fp16", 2048))
     res = run_playoff(_judge({k: [10.0 + i] for i, k in enumerate(reversed(pick.contenders))})[0],
                       {k: {"key": k} for k in pick.contenders}, [pick], repeats=1)
     playoff = tmp_path / "playoff.json"
-    playoff.write_text(json.dumps(Playoff(res, 0.03, 1).to_dict()))
+    playoff.write_text(json.dumps(Playoff(res, 0.03, 1, KEYS).to_dict()))
     out = tmp_path / "d.json"
     p = subprocess.run([sys.executable, "-m", "evo.cli", "dispatch", str(rd.path), "--playoff", str(playoff),
                         "--out", str(out)], capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=120)
@@ -168,7 +177,7 @@ def test_evo_playoff_writes_the_evidence_and_the_winners(monkeypatch, tmp_path):
     assert evo_cli(["playoff", str(RUN), "--margin", "0.01", "--repeats", "2", "--out", str(out)]) == 0
     data = read_json(out.with_suffix(".json"))
     assert data["kind"] == "dispatch-playoff" and data["device"] == "test double" and data["repeats"] == 2
-    winners = winners_from_dict(data)
+    winners = winners_from_dict(data, KEYS)
     assert len(winners) == len(data["widths"]) == data["contested"] > 0
     for w in data["widths"]:   # the double's fastest contender is the one with the smallest key prefix
         assert w["winner"] == min(w["contenders"], key=lambda k: int(k[:4], 16))
@@ -176,7 +185,7 @@ def test_evo_playoff_writes_the_evidence_and_the_winners(monkeypatch, tmp_path):
     assert "# Dispatch playoff" in out.with_suffix(".md").read_text()
     assert sorted(prefetched) == sorted({k for w in data["widths"] for k in w["contenders"]})   # each once, up front
     evs = [Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]]
-    build_dispatch(evs, winners=winners)                        # the run accepts every winner
+    build_dispatch(evs, KEYS, winners=winners)                  # the run accepts every winner
     import evo.playoff
 
     monkeypatch.setattr(evo.playoff.time, "time", iter(range(0, 10**6, 100)).__next__)   # 100 s per call

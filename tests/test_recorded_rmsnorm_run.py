@@ -96,11 +96,14 @@ def test_dispatch_table_is_rebuilt_from_the_recording(recording):
 
     evs = [Evaluation.from_dict(e) for e in recording["evaluations"]]
     committed = json.loads((REPO / "results" / "rmsnorm_dispatch.json").read_text())
-    winners = winners_from_dict(json.loads((REPO / "results" / "playoff.json").read_text())) \
+    from fitness.family import dispatch_key_of
+
+    keys = dispatch_key_of("rmsnorm")
+    winners = winners_from_dict(json.loads((REPO / "results" / "playoff.json").read_text()), keys) \
         if committed.get("playoff") else None
-    table = build_dispatch(evs, baseline="torch", winners=winners)
-    assert [(e.dtype, e.n_min, e.n_max, e.key) for e in table] == \
-        [(e["dtype"], e["n_min"], e["n_max"], e["key"]) for e in committed["entries"]]
+    table = build_dispatch(evs, keys, baseline="torch", winners=winners)
+    assert [(e.group, e.lo, e.hi, e.key) for e in table] == \
+        [((e["dtype"],), e["n_min"], e["n_max"], e["key"]) for e in committed["entries"]]
 
 
 def test_readme_main_job_runs_without_a_gpu(tmp_path):

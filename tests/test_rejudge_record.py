@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from evo.dispatch import build_dispatch
+from fitness.family import dispatch_key_of
 from fitness.jobs import JUDGE_PROTOCOL
 from fitness.records import Evaluation, Status, read_json
 
@@ -42,9 +43,8 @@ def test_every_evaluation_is_of_protocol_2_and_only_the_newton_step_fails():
 
 def test_the_successor_dispatch_is_built_from_the_record():
     committed = json.loads((REPO / "results" / "rejudge" / "rmsnorm_dispatch.json").read_text())
-    entries = build_dispatch(_evaluations(), baseline=committed["baseline"])
-    assert [(e.dtype, e.n_min, e.n_max, e.key) for e in entries] == \
-        [(e["dtype"], e["n_min"], e["n_max"], e["key"]) for e in committed["entries"]]
+    entries = build_dispatch(_evaluations(), dispatch_key_of("rmsnorm"), baseline=committed["baseline"])
+    assert [e.to_dict() for e in entries] == committed["entries"]       # the committed format, field for field
     by_key = {e.key: e for e in _evaluations()}
     for e in entries:
         ev = by_key[e.key]

@@ -11,6 +11,7 @@ import pytest
 from evo.cli import main as evo
 from evo.dispatch import build_dispatch, lookup
 from evo.playoff import read_winners
+from fitness.family import KeyPoint, dispatch_key_of
 from fitness.records import Evaluation, read_json
 from tests.conftest import REPO
 
@@ -33,11 +34,12 @@ def test_the_table_times_each_dispatch_genome_on_the_cases_it_serves(double, tmp
     out = tmp_path / "table"
     assert evo(["table", str(RUN), "--playoff", str(PLAYOFF), "--out", str(out)]) == 0
     data = json.loads(out.with_suffix(".json").read_text())
-    entries = build_dispatch([Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]],
-                             winners=read_winners(PLAYOFF))
+    keys = dispatch_key_of("rmsnorm")
+    entries = build_dispatch([Evaluation.from_dict(e) for e in read_json(RUN)["evaluations"]], keys,
+                             winners=read_winners(PLAYOFF, keys))
     assert data["complete"] and data["gpu"] == "test double" and len(data["cases"]) == 33
     for r in data["cases"]:       # each case timed with the genome the table gives its width
-        assert r["genome_key"] == lookup(entries, r["dtype"], r["N"]).key
+        assert r["genome_key"] == lookup(entries, KeyPoint((r["dtype"],), r["N"])).key
         assert r["speedup_vs_torch"] == pytest.approx(1.5) and r["speedup_vs_quack"] == pytest.approx(1.05)
     assert data["baselines"] == ["torch", "quack"] and data["geomean_speedup_vs_torch"] == pytest.approx(1.5)
     text = out.with_suffix(".md").read_text()

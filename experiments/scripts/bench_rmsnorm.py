@@ -114,6 +114,7 @@ def with_tuned_pass(row: dict, tuned: dict | None) -> dict:
 
 def main() -> int:
     from evo.dispatch import DispatchEntry
+    from fitness.family import dispatch_key_of
     from fitness.gpu_evaluator import GPUEvaluator
     from genomes.rmsnorm import SPACE
 
@@ -131,7 +132,8 @@ def main() -> int:
                          "beside QuACK plain and autotuned; its ratio enters speedup_vs_quack_tuned")
     args = ap.parse_args()
     table = json.loads(Path(args.dispatch).read_text())
-    entries = [DispatchEntry(e["dtype"], e["n_min"], e["n_max"], e["key"], e["genome"]) for e in table["entries"]]
+    keys = dispatch_key_of("rmsnorm")
+    entries = [DispatchEntry.from_dict(dict(e, cases={}), keys) for e in table["entries"]]
     genomes = {e.key: SPACE.make(e.genome) for e in entries}
     t0 = time.time()
     baselines = [b for b in args.baselines.split(",") if b]

@@ -105,8 +105,36 @@ class OptunaSection:
 
 
 @dataclass(frozen=True)
+class LessonsSection:
+    """[search.lessons]: lessons of earlier runs (evo lessons build) that start this one."""
+
+    source: str = _f("", doc="a store URL holding lessons, or an `evo lessons export` JSON file (path relative to "
+                             "the config file); lessons of another family, space version or GPU architecture are "
+                             "refused with a logged reason")
+    seeds: int = _f(8, min=0, doc="elites of the lessons that start the first population (own shape classes first; "
+                                  "0: none)")
+    skip: bool = _f(True, doc="skip candidates that match a lesson's failure signature (never judged, no budget)")
+    screen: bool = _f(True, doc="the lessons' recorded evaluations train the GA's screening model "
+                                "(search.ga.screen > 1)")
+    prompt: bool = _f(True, doc="quote the lessons in the LLM prompt's lessons slot")
+    transfer: bool = _f(True, doc="use lessons of the same family/version/architecture but other shape classes "
+                                  "(after the run's own; logged as a transfer)")
+
+
+@dataclass(frozen=True)
+class GridSection:
+    """[search.grid]: strategy = 'grid' judges every valid genome of a sub-space, in a fixed order."""
+
+    fixed: dict = _f(factory=dict, doc="[search.grid.fixed] gene = value: genes held at one value")
+    vary: dict = _f(factory=dict, doc="[search.grid.vary] gene = [values]: genes that take every listed value "
+                                      "(every gene is fixed or varied)")
+    batch: int = _f(16, min=1, doc="genomes asked per round")
+
+
+@dataclass(frozen=True)
 class SearchSection:
-    strategy: str = _f("ga", choices=("ga", "random"), doc="main search strategy")
+    strategy: str = _f("ga", choices=("ga", "random", "grid"), doc="main search strategy ('grid': every valid "
+                                                                   "genome of [search.grid]'s sub-space)")
     seed_from: str = _f("", doc="earlier evidence (replay table, dump JSON or URL#RUN_ID) whose best "
                                 "verified genomes start the GA; path relative to the config file")
     seed_champions: bool = _f(True, doc="seed_from: first the genome fastest on each benchmark case (the "
@@ -139,6 +167,8 @@ class SearchSection:
                                             "whole space), e.g. staging = ['smem_async', 'smem_bulk']")
     ga: GASection = _f(factory=GASection)
     random: RandomSection = _f(factory=RandomSection)
+    grid: GridSection = _f(factory=GridSection)
+    lessons: LessonsSection = _f(factory=LessonsSection)
     optuna: OptunaSection = _f(factory=OptunaSection)
 
 
@@ -384,6 +414,11 @@ def _cross_checks(cfg: Config) -> list[str]:
     if cfg.search.init_within and cfg.search.strategy != "ga":
         problems.append(f"search.init_within: only search.strategy = 'ga' draws a first population from a region "
                         f"(strategy is {cfg.search.strategy!r}); remove [search.init_within]")
+    if cfg.search.strategy == "grid" and not (cfg.search.grid.fixed or cfg.search.grid.vary):
+        problems.append("search.grid: strategy 'grid' needs the sub-space: [search.grid.fixed] gene = value and "
+                        "[search.grid.vary] gene = [values]")
+    if cfg.search.strategy != "grid" and (cfg.search.grid.fixed or cfg.search.grid.vary):
+        problems.append(f"search.grid: only search.strategy = 'grid' reads it (strategy is {cfg.search.strategy!r})")
     opt = cfg.search.optuna
     if opt.enabled and opt.trials == 0:
         problems.append("search.optuna.trials: the Optuna stage is enabled but has no trials; set trials > 0")

@@ -85,6 +85,13 @@ def region_problems(cfg: Config, space: GeneSpace) -> list[str]:
             space.sample(random.Random(cfg.experiment.seed), within=cfg.search.init_within)
         except GeneError as exc:
             problems.append(f"search.init_within: {exc}")
+    if cfg.search.strategy == "grid":
+        from evo.strategies.grid import subspace
+
+        try:
+            subspace(space, cfg.search.grid.fixed, cfg.search.grid.vary)
+        except GeneError as exc:
+            problems.append(f"search.grid: {exc}")
     return problems
 
 
@@ -139,6 +146,10 @@ def check_environment(cfg: Config, store_url: str | None = None) -> None:
         kind, src = replay_source(cfg, cfg.search.seed_from)
         if kind == "file" and not Path(src).is_file():
             problems.append(f"search.seed_from: {src} does not exist (paths are relative to the config file)")
+    lessons = cfg.search.lessons.source
+    if lessons and "://" not in lessons and not cfg.resolve(lessons).is_file():
+        problems.append(f"search.lessons.source: {cfg.resolve(lessons)} does not exist (an `evo lessons export` "
+                        "file or a store URL; paths are relative to the config file)")
     if store_url:
         try:
             open_store(store_url).close()

@@ -17,15 +17,21 @@ A run that knows the past should reach a good kernel sooner. The past comes in t
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from fitness.records import Evaluation
+from fitness.objectives import geomean
+from fitness.records import Evaluation, read_json
 from fitness.replay import ReplayEvaluator
 from genomes import GeneSpace, Genome
 from genomes.space import InvalidGenome
+from operators.failures import FailureModel, Signature
 from evo.config import Config, ConfigError
 from evo.evaluators import load_evidence
+from evo.store import LessonRecord, open_store
 
 
 def seed_evidence(cfg: Config, space: GeneSpace) -> ReplayEvaluator | None:
@@ -177,3 +183,235 @@ def carried_evaluations(cfg: Config, space: GeneSpace,
         return {}
     evidence = evidence if evidence is not None else seed_evidence(cfg, space)
     return {e.key: e for e in evidence.evaluations() if e.space == space.name and space.is_valid(e.genome)}
+
+
+# -- distilled lessons ([search.lessons]) ------------------------------------------------------
+
+log = logging.getLogger("evo.lessons")
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """What a run's lessons must match: family, gene-space version and GPU architecture exactly;
+    its shape classes say which lessons are its own and which would be a transfer."""
+
+    family: str
+    space_version: str
+    arch: str
+    classes: tuple[str, ...]
+
+
+def read_lessons(source: str) -> list[LessonRecord]:
+    """The newest lessons of a store URL, or those of an `evo lessons export` JSON file."""
+    if "://" in source:
+        store = open_store(source.partition("#")[0])
+        try:
+            return store.lessons(latest=True)
+        except NotImplementedError:
+            return []
+        finally:
+            store.close()
+    path = Path(source)
+    if not path.is_file():
+        raise ValueError(f"lessons {source}: no such file (an `evo lessons export` JSON file or a store URL)")
+    data = read_json(path)
+    items = data.get("lessons") if isinstance(data, Mapping) else None
+    if not isinstance(items, list):
+        raise ValueError(f"lessons {source}: not an `evo lessons export` file (no 'lessons' list)")
+    return [lesson_from_dict(d) for d in items]
+
+
+def lesson_to_dict(lesson: LessonRecord) -> dict[str, Any]:
+    return {"family": lesson.family, "space_version": lesson.space_version, "arch": lesson.arch,
+            "shape_class": lesson.shape_class, "sources": list(lesson.sources), "created_at": lesson.created_at,
+            "seq": lesson.seq, "payload": dict(lesson.payload)}
+
+
+def lesson_from_dict(d: Mapping[str, Any]) -> LessonRecord:
+    return LessonRecord(family=str(d["family"]), space_version=str(d.get("space_version", "")),
+                        arch=str(d["arch"]), shape_class=str(d["shape_class"]), payload=dict(d.get("payload") or {}),
+                        sources=tuple(d.get("sources") or ()), created_at=float(d.get("created_at", 0.0)),
+                        seq=int(d.get("seq", -1)))
+
+
+class RunLessons:
+    """The lessons one run uses, and why it uses none of the others.
+
+    A lesson of another family, gene-space version or GPU architecture is refused, with the reason
+    logged and kept in `log` (the run's notes record it): evidence from another space or device is
+    never used silently. A lesson of the same key but another shape class is used as a transfer
+    when `transfer` is on (the run's own classes come first everywhere), ignored otherwise.
+    """
+
+    def __init__(self, used: Sequence[tuple[LessonRecord, str]], log_lines: Sequence[str], key: RunKey):
+        self.used = list(used)          # (lesson, "own" | "transfer")
+        self.log = list(log_lines)
+        self.key = key
+        self.failures = _merged_failures(lesson for lesson, _ in self.used)
+        self.skipped: list[tuple[str, str]] = []      # (genome key, signature) the run did not judge
+
+    @classmethod
+    def select(cls, lessons: Sequence[LessonRecord], key: RunKey, *, transfer: bool = True) -> "RunLessons":
+        used, lines = [], []
+        for x in lessons:
+            where = f"lesson {x.family}/{x.space_version or '-'}/{x.arch}/{x.shape_class} (seq {x.seq})"
+            if x.family != key.family:
+                why = f"refused: family {x.family!r}, this run's is {key.family!r}"
+            elif x.space_version != key.space_version:
+                why = (f"refused: gene space version {x.space_version or '(unnamed)'!r}, this run's is "
+                       f"{key.space_version or '(unnamed)'!r}")
+            elif x.arch != key.arch:
+                why = f"refused: GPU architecture {x.arch!r}, this run targets {key.arch!r}"
+            elif x.shape_class in key.classes:
+                used.append((x, "own"))
+                why = "used: one of this run's shape classes"
+            elif transfer:
+                used.append((x, "transfer"))
+                why = f"used as a transfer: shape class {x.shape_class!r} is not among this run's {list(key.classes)}"
+            else:
+                why = f"ignored: shape class {x.shape_class!r} is not among this run's {list(key.classes)} " \
+                      "(search.lessons.transfer = false)"
+            line = f"{where}: {why}"
+            (log.warning if why.startswith("refused") else log.info)("%s", line)
+            lines.append(line)
+        used.sort(key=lambda u: (u[1] != "own", u[0].shape_class))
+        return cls(used, lines, key)
+
+    def _own_first(self) -> list[LessonRecord]:
+        own = [x for x, how in self.used if how == "own"]
+        return own or [x for x, _ in self.used]
+
+    def seeds(self, space: GeneSpace, limit: int, taken: Sequence[Genome] = ()) -> list[Genome]:
+        """Up to `limit` elites valid in `space`: the run's own classes' first, then the transferred
+        ones', the classes' ranks interleaved within each (every class's best before any class's
+        second), skipping genomes already in `taken`."""
+        seen = {g.key for g in taken}
+        out: list[Genome] = []
+        for kind in ("own", "transfer"):
+            ranked = [x.payload.get("elites") or [] for x, how in self.used if how == kind]
+            for rank in range(max((len(r) for r in ranked), default=0)):
+                for elites in ranked:
+                    if len(out) >= limit:
+                        return out
+                    if rank < len(elites) and space.is_valid(elites[rank]["genome"]):
+                        g = space.make(elites[rank]["genome"])
+                        if g.key not in seen:
+                            seen.add(g.key)
+                            out.append(g)
+        return out
+
+    def prior(self, space: GeneSpace) -> list[tuple[Genome, float | None]]:
+        """(genome, fitness) of every recorded sample of the run's own-class lessons (those of the
+        transferred classes when it has none), for the GA's screen: a genome's fitness is the
+        geomean of its class fitnesses (None when it failed or is missing in one)."""
+        by_key: dict[str, tuple[dict, list[float | None]]] = {}
+        chosen = self._own_first()
+        for x in chosen:
+            for key, genome, fitness in x.payload.get("samples") or []:
+                by_key.setdefault(key, (genome, []))[1].append(fitness)
+        out = []
+        for genome, fits in by_key.values():
+            if not space.is_valid(genome):
+                continue
+            ok = len(fits) == len(chosen) and all(f is not None and f > 0 for f in fits)
+            out.append((space.make(genome), geomean([float(f) for f in fits]) if ok else None))
+        return out
+
+    def predicted_failure(self, genome: Mapping[str, Any]) -> str | None:
+        """The failure signature a genome matches ("" never: None when it matches none)."""
+        sig = self.failures.predict(genome)
+        return sig.describe() if sig is not None else None
+
+    def prompt_text(self, top: int = 3, effects: int = 6) -> str:
+        """The lessons slot of the LLM prompt: per lesson its best genomes, its failure signatures
+        and its strongest gene effects, with how sure they are (cross-validated error)."""
+        lines = []
+        for x, how in self.used:
+            p = x.payload
+            cv = (p.get("cv") or {}).get(p.get("surrogate", ""), {})
+            rmse = cv.get("rmse_log")
+            sure = (f"surrogate {p.get('surrogate')} cross-validated error ~{100 * rmse:.0f}% "
+                    f"(predicting the mean: ~{100 * (cv.get('baseline_rmse_log') or 0):.0f}%)") if rmse else "no model"
+            lines.append(f"shape class {x.shape_class} ({how}; {p.get('evaluations', 0)} evaluations from "
+                         f"{', '.join(x.sources) or '?'}; {sure}):")
+            for e in (p.get("elites") or [])[:top]:
+                lines.append(f"  elite {e['key']}: {e['fitness']:.4g}, genes {json.dumps(e['genome'], sort_keys=True)}")
+            for s in (p.get("failures") or {}).get("signatures", [])[:top]:
+                genes = " and ".join(f"{k} = {v!r}" for k, v in s["genes"].items())
+                lines.append(f"  fails: {genes} ({s['category']} in {s['failed']} of {s['seen']})")
+            for e in (p.get("effects") or [])[:effects]:
+                lines.append(f"  effect: {e['gene']} = {e['value']!r} {100 * e['effect']:+.1f}% (seen {e['support']})")
+        return "\n".join(lines)
+
+    def notes(self) -> dict[str, Any]:
+        return {"lessons": self.log, "lessons_skipped": len(self.skipped)}
+
+
+def _merged_failures(lessons: Iterable[LessonRecord]) -> FailureModel:
+    sigs: dict[tuple, Signature] = {}
+    counts: dict[str, int] = {}
+    for x in lessons:
+        model = FailureModel.from_dict(x.payload.get("failures") or {})
+        for s in model.signatures:
+            sigs.setdefault((s.category, s.genes), s)
+        for k, v in model.counts.items():
+            counts[k] = counts.get(k, 0) + v
+    ordered = sorted(sigs.values(), key=lambda s: (-s.failed, -s.rate, len(s.genes), s.category, repr(s.genes)))
+    return FailureModel(tuple(ordered), counts)
+
+
+def run_key(cfg: Config, classes: Sequence[str]) -> RunKey:
+    from evo.lesson_build import latest_version
+
+    family = cfg.experiment.family
+    return RunKey(family, cfg.experiment.space_version or latest_version(family), cfg.target.arch, tuple(classes))
+
+
+def run_classes(cfg: Config, evaluator: Any = None) -> tuple[str, ...]:
+    """The shape classes of a run's benchmark: the family's benchmark matrix when kernels/ has the
+    family, else the cases a replay recording holds (each its own class, as lessons file them)."""
+    from evo.lesson_build import shape_classifier
+    from fitness.family import FamilyNotFound, load_family
+
+    classify = shape_classifier(cfg.experiment.family)
+    try:
+        cases = [(c.id, c.params) for c in load_family(cfg.experiment.family).benchmark_cases(cfg.benchmark.matrix)]
+    except FamilyNotFound:
+        cases = {}
+        for ev in (evaluator.evaluations() if isinstance(evaluator, ReplayEvaluator) else ()):
+            for c in ev.cases:
+                if c.time_us:
+                    cases.setdefault(c.case, c.params)
+        cases = list(cases.items())
+    return tuple(sorted({classify(cid, params) for cid, params in cases})) or ("all",)
+
+
+def run_lessons(cfg: Config, evaluator: Any = None) -> RunLessons | None:
+    """The lessons `[search.lessons] source` offers this run, selected (None without a source)."""
+    section = cfg.search.lessons
+    if not section.source:
+        return None
+    src = section.source if "://" in section.source else str(cfg.resolve(section.source))
+    try:
+        lessons = read_lessons(src)
+    except ValueError as exc:
+        raise ConfigError([f"search.lessons.source: {exc}"], cfg.source) from None
+    return RunLessons.select(lessons, run_key(cfg, run_classes(cfg, evaluator)), transfer=section.transfer)
+
+
+def with_lessons(cfg: Config, space: GeneSpace, lessons: RunLessons | None, seeds: Sequence[Genome],
+                 prior: Sequence[tuple[Genome, float | None]]):
+    """(seeds, prior, avoid) of a run with its lessons applied as `[search.lessons]` says: the
+    lessons' elites after the given seeds (within one population), their recorded samples after
+    the prior (when the GA screens), and the failure-signature filter (None: nothing skipped)."""
+    if lessons is None:
+        return list(seeds), list(prior), None
+    section = cfg.search.lessons
+    room = cfg.search.ga.population * cfg.search.ga.islands - len(seeds)
+    seeds = list(seeds) + lessons.seeds(space, min(section.seeds, max(0, room)), taken=seeds)
+    prior = list(prior)
+    if section.screen and cfg.search.strategy == "ga" and cfg.search.ga.screen > 1:
+        known = {g.key for g, _ in prior}
+        prior += [(g, f) for g, f in lessons.prior(space) if g.key not in known]
+    avoid = lessons.predicted_failure if section.skip and lessons.failures.signatures else None
+    return seeds, prior, avoid

@@ -52,6 +52,7 @@ class ProposalMixer:
         self.cfg, self.space, self.store, self.run_id = cfg, space, store, run_id
         self.metric = cfg.objective.metric
         self.rates = (ops.guided.rate, ops.llm.rate)
+        self.known = ""         # evo.lessons.RunLessons.prompt_text(), set by the Run
         self.rng = random.Random(f"proposers/{cfg.experiment.seed}/{ops.seed}")
         self.takes_source = callable(getattr(evaluator, "evaluate_raw", None))
         family_name = cfg.experiment.family
@@ -196,7 +197,10 @@ class ProposalMixer:
                          if e.fitness(self.metric) is not None), key=lambda x: (-x[0], x[1]))[:top]
         lines = [f"{k}: {self.metric} {f:.4g}, genes {json.dumps(dict(e.genome), sort_keys=True)}"
                  for f, k, e in scored]
-        return ("best verified so far in this run:\n" + "\n".join(lines)) if lines else ""
+        text = ("best verified so far in this run:\n" + "\n".join(lines)) if lines else ""
+        if self.known:          # the run's lessons ([search.lessons] prompt): what earlier runs learned
+            text = (text + "\n" if text else "") + "lessons of earlier runs:\n" + self.known
+        return text
 
     # -- the record -----------------------------------------------------------------------------
     def _append(self, kind: str, payload: Mapping[str, Any]) -> None:

@@ -18,7 +18,7 @@ import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from fitness.evaluator import Evaluator
 from fitness.records import Evaluation
@@ -29,8 +29,12 @@ from evo.config import Config
 from evo.store import Record, RunInfo, Store, best_record
 from evo.strategies.base import Strategy
 from evo.strategies.ga import GeneticAlgorithm
+from evo.strategies.grid import GridSearch
 from evo.strategies.optuna_stage import OptunaStage
 from evo.strategies.random_search import RandomSearch
+
+if TYPE_CHECKING:
+    from evo.lessons import RunLessons
 
 
 class _RecordingEnded(Exception):
@@ -56,14 +60,18 @@ class RunSummary:
 
 def build_stages(cfg: Config, space: GeneSpace, rng: random.Random, *, storage_url: str | None,
                  run_id: str, seeds: Sequence[Genome] = (),
-                 prior: Sequence[tuple[Genome, float | None]] = ()) -> list[Stage]:
+                 prior: Sequence[tuple[Genome, float | None]] = (),
+                 avoid: Callable[[Genome], str | None] | None = None) -> list[Stage]:
     """The run's strategies in order, each with its share of the evaluation budget."""
     metric = cfg.objective.metric
     opt = cfg.search.optuna
     main_budget = cfg.budget.evaluations - (opt.trials if opt.enabled else 0)
     if cfg.search.strategy == "ga":
         main: Strategy = GeneticAlgorithm(space, rng, metric, cfg.search.ga, seeds=seeds,
-                                            init_within=cfg.search.init_within, prior=prior)
+                                            init_within=cfg.search.init_within, prior=prior, avoid=avoid)
+    elif cfg.search.strategy == "grid":
+        grid = cfg.search.grid
+        main = GridSearch(space, grid.fixed, grid.vary, batch=grid.batch)
     else:
         main = RandomSearch(space, rng, batch=cfg.search.random.batch)
     stages = [Stage(main, main_budget)]
@@ -81,13 +89,20 @@ class Run:
                  *, optuna_storage: str | None = None, seeds: Sequence[Genome] = (),
                  prior: Sequence[tuple[Genome, float | None]] = (),
                  carried: Mapping[str, Evaluation] | None = None,
-                 on_progress: Callable[["Run", Sequence[Record]], None] | None = None):
+                 on_progress: Callable[["Run", Sequence[Record]], None] | None = None,
+                 lessons: "RunLessons | None" = None):
         self.cfg, self.space, self.store, self.evaluator = cfg, space, store, evaluator
         self.run_id = run_id
         self.metric = cfg.objective.metric
         self.rng = random.Random(cfg.experiment.seed)
+        # [search.lessons] (evo.lessons): elites after the seeds, recorded samples for the screen,
+        # failure signatures that skip candidates, the LLM prompt's lessons slot
+        from evo.lessons import with_lessons
+
+        self.lessons = lessons
+        seeds, prior, avoid = with_lessons(cfg, space, lessons, seeds, prior)
         self.stages = build_stages(cfg, space, self.rng, storage_url=optuna_storage, run_id=run_id, seeds=seeds,
-                                   prior=prior)
+                                   prior=prior, avoid=avoid)
         self.stage_index = 0
         self.on_progress = on_progress
         # what this run already knows: resumed runs start with their recorded evaluations
@@ -110,6 +125,8 @@ class Run:
         from evo.proposers import ProposalMixer
 
         self.mixer = ProposalMixer.build(cfg, space, store, run_id, evaluator)
+        if self.mixer is not None and lessons is not None and cfg.search.lessons.prompt:
+            self.mixer.known = lessons.prompt_text()
         self._strategy_slots: int | None = None       # how many of the last ask's candidates the strategy made
 
     # -- budget ------------------------------------------------------------------------------
@@ -298,8 +315,11 @@ class Run:
         finally:
             for st in self.stages[self.stage_index:]:
                 st.strategy.close()
-            self.store.update_run(self.run_id, state=state, elapsed_s=self.elapsed_s,
-                                  notes={"stop_reason": self.stop_reason})
+            notes = {"stop_reason": self.stop_reason}
+            if self.lessons is not None:
+                skipped = getattr(self.stages[0].strategy, "skipped", [])
+                notes.update(lessons=self.lessons.log, lessons_skipped=len(skipped))
+            self.store.update_run(self.run_id, state=state, elapsed_s=self.elapsed_s, notes=notes)
         return self.summary()
 
     def best(self) -> Record | None:

@@ -317,6 +317,14 @@ class KernelFamily(abc.ABC):
         `export` all go through it). Default: no key, one winner for every case."""
         return NO_DISPATCH_KEY
 
+    def shape_class(self, params: Mapping[str, Any]) -> str:
+        """The shape class a case belongs to (what lessons are filed under, evo.lesson_build): cases
+        whose best kernels tend to share their structure. Computed from a case's recorded
+        parameters, like the dispatch key. Default: the dispatch key's exact group (e.g. the
+        dtype), or "all" for a family without one."""
+        point = self.dispatch_key().point(params)
+        return "/".join(point.group) or "all"
+
     def export_groups(self) -> list[tuple[str, ...]]:
         """The groups (values of the dispatch key's exact fields) an exported package serves, in
         the family's order; a group the run did not time reuses the ranges of the first measured

@@ -69,7 +69,9 @@ class GeneEncoder:
         return np.asarray(out, dtype=np.float64)
 
     def matrix(self, genomes: Sequence[Genome | dict[str, Any]]) -> np.ndarray:
-        return np.vstack([self.encode(g) for g in genomes]) if genomes else np.zeros((0, len(self.columns)))
+        # a plain dict per genome first: Genome's item lookup walks its genes
+        rows = [self.encode(g.as_dict() if isinstance(g, Genome) else g) for g in genomes]
+        return np.vstack(rows) if rows else np.zeros((0, len(self.columns)))
 
 
 class RidgeSurrogate:

@@ -23,6 +23,9 @@ and the first population `screen` times its random genomes; a ridge model of log
 the genes, refitted before every ask on everything told so far (plus `prior`, the evaluations
 of the run the seeds came from), keeps the predicted best and a random `screen_explore` share.
 A GPU evaluation costs seconds; a prediction costs microseconds.
+
+Lessons (`avoid`, evo.lessons): children and random first genomes matching a failure signature of
+the run's lessons are dropped and drawn again, so the GPU never judges what is known to fail.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from fitness.records import Evaluation
 from genomes import GeneSpace, Genome
@@ -41,14 +44,23 @@ from evo.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 
+#: rounds of further children drawn when lessons' failure signatures dropped some
+AVOID_REDRAWS = 4
+
 
 class GeneticAlgorithm(Strategy):
     name = "ga"
 
     def __init__(self, space: GeneSpace, rng: random.Random, metric: str, cfg: GASection,
                  seeds: Sequence[Genome] = (), init_within: Mapping[str, Sequence[Any]] | None = None,
-                 prior: Sequence[tuple[Genome, float | None]] = ()):
+                 prior: Sequence[tuple[Genome, float | None]] = (),
+                 avoid: Callable[[Genome], str | None] | None = None):
         super().__init__()
+        # lessons' failure signatures (evo.lessons.RunLessons.predicted_failure): a drawn child or
+        # random genome that matches one is dropped before any GPU time; seeds are never dropped
+        self.avoid = avoid
+        self.skipped: list[tuple[str, str]] = []     # (genome key, why), each genome once
+        self._skipped_keys: set[str] = set()
         # the region the first population's random genomes come from (seeds aside); None: anywhere
         self.init_within = dict(init_within) if init_within else None
         self.space, self.rng, self.metric, self.cfg = space, rng, metric, cfg
@@ -77,11 +89,32 @@ class GeneticAlgorithm(Strategy):
         self._fit_surrogate()
         for i, pop in enumerate(self.islands):
             runnable = [p for p in pop if not p.failed] or pop
-            kids = vary(runnable, self.cfg.offspring * self.cfg.screen, self.toolbox, self.rng,
-                        self.cfg.crossover_prob, self.cfg.mutation_prob, exclude=self._evaluated)
+            want = self.cfg.offspring * self.cfg.screen
+            kids = self._avoided(vary(runnable, want, self.toolbox, self.rng, self.cfg.crossover_prob,
+                                      self.cfg.mutation_prob, exclude=self._evaluated))
+            for _ in range(AVOID_REDRAWS if self.avoid is not None else 0):
+                if len(kids) >= want:
+                    break
+                taken = self._evaluated | {k.key for k in kids}
+                kids += self._avoided(vary(runnable, want - len(kids), self.toolbox, self.rng, self.cfg.crossover_prob,
+                                           self.cfg.mutation_prob, exclude=taken))
             kids = self._screen(kids, self.cfg.offspring)
             out.extend(kids)
             self._pending_islands.extend([i] * len(kids))
+        return out
+
+    def _avoided(self, cands: list[Candidate]) -> list[Candidate]:
+        """`cands` without those a lesson predicts to fail (recorded in `skipped`)."""
+        if self.avoid is None:
+            return cands
+        out = []
+        for c in cands:
+            why = self.avoid(c.genome)
+            if why is None:
+                out.append(c)
+            elif c.key not in self._skipped_keys:
+                self._skipped_keys.add(c.key)
+                self.skipped.append((c.key, why))
         return out
 
     def _fit_surrogate(self) -> None:
@@ -117,6 +150,12 @@ class GeneticAlgorithm(Strategy):
                 misses += 1
                 continue
             seen.add(g.key)
+            why = self.avoid(g) if self.avoid is not None else None
+            if why is not None:
+                self._skipped_keys.add(g.key)
+                self.skipped.append((g.key, why))
+                misses += 1
+                continue
             genomes.append(g)
         drawn = [Candidate(g, (), "init") for g in genomes[seeded:]]
         if drawn and self.surrogate is not None:

@@ -48,6 +48,8 @@ STATIC_SMEM_RESERVE = 4096          # >= the template's static shared memory (re
 SMEM_PER_SM = 233472                # shared memory of one SM on sm_90 (228 KB)
 MAX_DYNAMIC_SMEM = SMEM_PER_BLOCK - STATIC_SMEM_RESERVE
 PLAIN_THREADS = 256
+SHORT_ROWS = 2048                   # shape classes (shape_class): short rows up to here,
+MID_ROWS = 32768                    # mid rows up to here, long rows beyond
 
 _ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 _CTYPE = {"bf16": "bf16_t", "fp16": "fp16_t", "fp32": "float"}
@@ -300,6 +302,16 @@ class RMSNormFamily(op.RMSNormOperation):
         width: short rows want a warp per row, long rows clusters); cases shown as M x N. The
         JSON fields are the ones every committed table uses: dtype, n_min, n_max (N in playoffs)."""
         return DispatchKey(exact=(KeyField("dtype"),), ordered=KeyField("N"), shape=("M", "N"))
+
+    def shape_class(self, params: Mapping[str, Any]) -> str:
+        """x dtype and one of three row regimes, e.g. "bf16/short": short rows (N <= 2048) fit a
+        warp or less per row, many rows per CTA; mid rows (N <= 32768) one CTA per row from
+        registers; long rows (N > 32768) clusters or shared-memory staging. The winners of a
+        regime share their geometry (results/rmsnorm_dispatch.json), so lessons are kept per
+        regime."""
+        n = int(params["N"])
+        regime = "short" if n <= SHORT_ROWS else "mid" if n <= MID_ROWS else "long"
+        return f"{dtypes.canonical(params['dtype'])}/{regime}"
 
     def export_groups(self) -> list[tuple[str, ...]]:
         """Every x dtype this instance renders entries for (a dtype the run did not time takes

@@ -27,7 +27,11 @@ Kernel convention (every KDA template follows it, see `kernel_args`; None is a N
     extern "C" __global__ void <name>(const bf16* q, const bf16* k, const bf16* v, const G* g,
         const bf16* beta, const float* A_log, const float* dt_bias, const int* cu_seqlens,
         const S* initial_state, bf16* o, S* final_state, int T, int H, int N, float scale,
-        float lower_bound)
+        float lower_bound, int flags)
+
+flags (FLAG_*): bit 0 beta is a logit (sigmoid in the kernel), bit 1 L2-normalise q and k,
+bit 2 state layout [K, V] ("kv"; else "vk"). A_log is NULL exactly when the gate is precomputed
+(g is then fp32), initial_state / final_state when the case has none.
 
 The inputs come in two distributions (`make_inputs`): "flashkda", the recipe of FlashKDA's tests
 and benchmark (strong decay: the state forgets within a few tokens), and "long_memory" (weak,
@@ -78,6 +82,7 @@ STATE_REL_RMS = 0.006
 #: element type yet): its int32 bits travel in a float32 buffer of the same size, compared bit
 #: for bit like any input; kernels read it as const int*. encode_index / decode_index convert.
 INDEX_SPEC_DTYPE = "float32"
+FLAG_BETA_SIGMOID, FLAG_QK_L2NORM, FLAG_STATE_KV = 1, 2, 4
 
 
 def encode_index(values: Sequence[int], xp: Any = np) -> Any:
@@ -205,7 +210,7 @@ class KDAOperation(KernelFamily):
         return ("q", "k", "v", "g", "beta", "A_log" if gate else None, "dt_bias" if gate else None, "cu_seqlens",
                 "initial_state" if p["initial"] else None, "o", "final_state" if p["final"] else None,
                 np.int32(sum(lens)), np.int32(H), np.int32(len(lens)), np.float32(p["scale"]),
-                np.float32(p["lower_bound"]))
+                np.float32(p["lower_bound"]), np.int32(flags(case)))
 
     # -- inputs and reference -------------------------------------------------------------
     def make_inputs(self, case: Case, rng: Any, distribution: str, xp: Any = None) -> dict[str, Any]:
@@ -326,6 +331,13 @@ class KDAOperation(KernelFamily):
         return _BASE.baselines()
 
 
+def flags(case: Case) -> int:
+    """The kernel's `flags` argument for a case (see the module docstring)."""
+    p = case.params
+    return ((FLAG_BETA_SIGMOID if p["beta_sigmoid"] else 0) | (FLAG_QK_L2NORM if p["qk_l2norm"] else 0)
+            | (FLAG_STATE_KV if p["layout"] == "kv" else 0))
+
+
 def layout_name(lens: Sequence[int]) -> str:
     """A short name for a packing: T8192, 1024x8, N6-T8192."""
     lens = tuple(lens)
@@ -341,6 +353,6 @@ def _shape(case: Case) -> tuple[tuple[int, ...], int, int, int]:
     return tuple(int(n) for n in p["lens"]), int(p["H"]), int(p.get("K", K_DIM)), int(p.get("V", V_DIM))
 
 
-__all__ = ["DISTRIBUTIONS", "INDEX_SPEC_DTYPE", "KDAOperation", "K_DIM", "LOWER_BOUND", "O_REL_RMS",
-           "SCENARIO_HEADS", "SCENARIO_LAYOUTS", "STATE_REL_RMS", "V_DIM", "decode_index", "encode_index",
+__all__ = ["DISTRIBUTIONS", "FLAG_BETA_SIGMOID", "FLAG_QK_L2NORM", "FLAG_STATE_KV", "INDEX_SPEC_DTYPE", "KDAOperation", "K_DIM", "LOWER_BOUND", "O_REL_RMS",
+           "SCENARIO_HEADS", "SCENARIO_LAYOUTS", "STATE_REL_RMS", "V_DIM", "decode_index", "encode_index", "flags",
            "layout_name"]

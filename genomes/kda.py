@@ -1,0 +1,35 @@
+"""Gene space of the KDA forward family (kernels/kda/template.cu), v1: the first template's settings.
+
+The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
+in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
+genes are its precision options: which bf16 operands are split into hi + lo halves (two or three
+mma.sync per product instead of one). kernels/kda/kernel_model.py models each choice's error on
+the family's inputs (tests/test_kda_template.py: which genomes stay within the tolerances).
+Issue 20 step 3 adds the structural genes (chunk 32/64 and sub-chunks, the triangular solve, wgmma,
+TMA, pipeline depth, warp specialisation, CTAs per sequence, fused vs two kernels).
+"""
+
+from __future__ import annotations
+
+from genomes.genes import Choice, Flag
+from genomes.space import GeneSpace
+
+SPACE_V1 = GeneSpace(
+    name="kda",
+    doc=__doc__ or "",
+    genes=(
+        Choice("chunk", options=(16,), group="tiling", doc="tokens per chunk (the template is written for 16)"),
+        Flag("split_s", group="precision", doc="the state's bf16 copy as hi + lo (A operand of U and o)"),
+        Flag("split_u", group="precision", doc="U as hi + lo (A operand of o += U Aqk and the state update)"),
+        Flag("split_w", group="precision", doc="w and the decayed q as hi + lo (B operands against the state)"),
+        Flag("split_intra", group="precision", doc="kp, km, qp, Aqk and T as hi + lo (the intra-chunk products)"),
+    ),
+)
+SPACES = {"v1": SPACE_V1}
+SPACE = SPACE_V1
+
+#: the first correct kernel: the state's and U's products split, and the intra-chunk ones
+#: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3)
+DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True))
+
+__all__ = ["DEFAULT", "SPACE", "SPACES", "SPACE_V1"]

@@ -1,0 +1,471 @@
+// Kimi Delta Attention forward, first template (sm_90a): one CTA per (head, sequence), chunks of
+// 16 tokens, the state in fp32 registers. Rendered by kernels/kda/family.py: a block of #defines,
+// this text, then one extern "C" entry per state dtype (kda_fwd_fp32, kda_fwd_bf16).
+//
+// Per head, state S [K, V] (K = V = 128). Within a chunk of C = 16 tokens starting from state S0,
+// with G_i = g_1 + .. + g_i (log-space decays, cumulative from the chunk's start, fp32):
+//   A[i][j]   = sum_d k_i[d] k_j[d] e^(G_i - G_j)[d]           j < i     (as kp km^T, midpoint m)
+//   T         = (I + diag(beta) A)^-1 diag(beta)                          (forward substitution)
+//   u = T V,  w = T (e^G * K),  U = u - w S0                              (the chunk's writes)
+//   o         = (scale e^G * Q) S0 + Aqk U,   Aqk[i][j] = scale q_i . (e^(G_i - G_j) k_j), j <= i
+//   S_next    = e^(G_C) * S0 + (e^(G_C - G) * K)^T U
+// (kernels/kda/reference.py, `chunked`, is the float64 specification.) The pair decays are split
+// around the chunk's middle row m as e^(G_i - G_m) e^(G_m - G_j), so no factor exceeds
+// e^(8 |g|max): fine for |g| up to ~10 per token (the lower-bound gate gives |g| <= 5).
+//
+// Warp w (8 warps) owns the rows v in [16w, 16w + 16) of S^T [V, K] as m16n8 fp32 accumulator
+// tiles (16 n-tiles over K: 64 registers). Every product of the recurrence is then an
+// mma.sync.m16n8k16 (bf16 in, fp32 accumulate) whose A operand is in that warp's registers
+// (S^T converted to bf16 pairs, or U^T) and whose B operand comes from shared memory through
+// ldmatrix: U^T = u^T - S^T w^T, o^T = S^T (e^G Q)^T + U^T Aqk^T, S^T <- e^(G_C) S^T + U^T kr.
+// The chunk's own work (gate, L2 norms, decayed operands, A, Aqk, T, w) is done by the CTA in
+// shared memory first; q, k, v, g of the next chunk are prefetched with cp.async meanwhile.
+//
+// Precision (#defines, 0 or 1; kernels/kda/kernel_model.py models each): a product whose operand
+// is "split" multiplies its hi and lo bf16 halves (x = hi + lo to ~2^-17), two or three mma.sync
+// instead of one. KDA_SPLIT_S: the state S^T (A operand of U^T and o^T); KDA_SPLIT_U: U^T (A
+// operand of o^T += U^T Aqk^T and of the state update); KDA_SPLIT_W: w and qd (B operands against
+// the state); KDA_SPLIT_INTRA: kp, km, qp (so A and Aqk), Aqk and T.
+//
+// flags: bit 0 beta is a logit (sigmoid in the kernel), bit 1 L2-normalise q and k, bit 2 state
+// layout [K, V] (else [V, K]). A_log != NULL: g is the raw bf16 gate input and the gate is
+// lower_bound * sigmoid(exp(A_log[h]) * (g + dt_bias[h])); A_log == NULL: g is the fp32 log decay.
+// initial_state == NULL: S0 = 0; final_state == NULL: not written.
+
+#include <stdint.h>
+
+#if !defined(KDA_CHUNK) || !defined(KDA_SPLIT_S) || !defined(KDA_SPLIT_U) || !defined(KDA_SPLIT_W) || \
+    !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES)
+#error "render the template through kernels/kda/family.py (settings are #defines)"
+#endif
+
+#define KDA_D 128                       // K = V
+#define KDA_WARPS 8
+#define KDA_THREADS (KDA_WARPS * 32)
+#define KDA_ROW 136                     // bf16 elements per padded 128-wide smem row (272 B)
+#define KDA_ROW16 24                    // bf16 elements per padded 16-wide smem row (48 B)
+#define KDA_MID (KDA_CHUNK / 2)         // the chunk row the pair decays are split around
+#define KDA_NW (KDA_SPLIT_W ? 2 : 1)     // tiles (hi, lo) of w and qd
+#define KDA_NI (KDA_SPLIT_INTRA ? 2 : 1) // tiles (hi, lo) of kp, km, qp, Aqk, T
+#define KDA_LOG2E 1.4426950408889634f
+
+static_assert(KDA_CHUNK == 16, "this template is written for chunks of 16 tokens");
+
+typedef unsigned short bf16_bits;
+
+// ---- PTX helpers -------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+// d += a * b, m16n8k16, bf16 inputs, fp32 accumulators (in place)
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {     // lo in bits 0..15
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// hi = bf16 pair of (lo_x, hi_x); lo = bf16 pair of what hi leaves out
+__device__ __forceinline__ void split_pack(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+    hi = pack_bf16(x0, x1);
+    lo = pack_bf16(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+}
+// d += a b with a and/or b split: hi hi (+ hi lo) (+ lo hi); the lo lo term is below fp32's reach
+template <bool SA, bool SB>
+__device__ __forceinline__ void mma_split(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                          uint32_t bh0, uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+    mma16816(d, ah, bh0, bh1);
+    if (SB) mma16816(d, ah, bl0, bl1);
+    if (SA) mma16816(d, al, bh0, bh1);
+}
+__device__ __forceinline__ bf16_bits to_bf16(float x) {
+    bf16_bits r;
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ float from_bf16(bf16_bits b) { return __uint_as_float(((uint32_t)b) << 16); }
+__device__ __forceinline__ float ex2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + ex2(-x * KDA_LOG2E)); }
+
+// state element conversions (fp32 or bf16 storage)
+__device__ __forceinline__ float load_state(const float* p) { return *p; }
+__device__ __forceinline__ float load_state(const bf16_bits* p) { return from_bf16(*p); }
+__device__ __forceinline__ void store_state(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store_state(bf16_bits* p, float x) { *p = to_bf16(x); }
+
+// ---- shared memory -----------------------------------------------------------------------------
+struct KdaStage {                        // one chunk's raw inputs (cp.async targets)
+    bf16_bits q[KDA_CHUNK][KDA_ROW];
+    bf16_bits k[KDA_CHUNK][KDA_ROW];
+    bf16_bits v[KDA_CHUNK][KDA_ROW];
+    float g[KDA_CHUNK][KDA_D];           // raw bf16 gate (first half of each row) or fp32 log decay
+};
+struct KdaSmem {
+    KdaStage stage[2];
+    float G[KDA_CHUNK][KDA_D];                  // log2-space decays, then their cumulative sums
+    bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];   // scale q e^G
+    bf16_bits kd[KDA_CHUNK][KDA_ROW];           // k e^G
+    bf16_bits qp[KDA_NI][KDA_CHUNK][KDA_ROW];   // scale q e^(G - G_m)
+    bf16_bits kp[KDA_NI][KDA_CHUNK][KDA_ROW];   // k e^(G - G_m)
+    bf16_bits km[KDA_NI][KDA_CHUNK][KDA_ROW];   // k e^(G_m - G)
+    bf16_bits kr[KDA_CHUNK][KDA_ROW];           // k e^(G_C - G)
+    bf16_bits w[KDA_NW][KDA_CHUNK][KDA_ROW];    // T kd
+    bf16_bits o[KDA_CHUNK][KDA_ROW];            // output staging
+    float L[KDA_CHUNK][KDA_CHUNK + 1];          // diag(beta) A, strictly lower
+    bf16_bits T[KDA_NI][KDA_CHUNK][KDA_ROW16];  // (I + diag(beta) A)^-1 diag(beta)
+    bf16_bits Aqk[KDA_NI][KDA_CHUNK][KDA_ROW16];// scale q_i . e^(G_i - G_j) k_j, j <= i
+    float decay[KDA_D];                         // e^(G_C) per channel
+    float dt_bias[KDA_D];
+    float rq[KDA_CHUNK], rk[KDA_CHUNK], beta[KDA_CHUNK];
+};
+static_assert(sizeof(KdaSmem) == KDA_SMEM_BYTES, "kernels/kda/family.py's shared-memory size disagrees");
+
+// x as bf16 hi (and lo when split) at p[0] (p[1]): p points to tiles [hi, lo]
+template <bool SPLIT, int R>
+__device__ __forceinline__ void store_split(bf16_bits (*p)[KDA_CHUNK][R], int r, int c, float x) {
+    const bf16_bits hi = to_bf16(x);
+    p[0][r][c] = hi;
+    if (SPLIT) p[1][r][c] = to_bf16(x - from_bf16(hi));
+}
+
+// ---- the kernel ------------------------------------------------------------------------------
+template <typename ST>
+__device__ __forceinline__ void kda_fwd_body(
+    const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k, const bf16_bits* __restrict__ v,
+    const void* __restrict__ g, const bf16_bits* __restrict__ beta, const float* __restrict__ A_log,
+    const float* __restrict__ dt_bias, const int* __restrict__ cu_seqlens, const ST* __restrict__ h0,
+    bf16_bits* __restrict__ o, ST* __restrict__ ht, int T, int H, int N, float scale, float lower_bound,
+    int flags) {
+    extern __shared__ __align__(128) unsigned char kda_smem_raw[];
+    KdaSmem& sm = *reinterpret_cast<KdaSmem*>(kda_smem_raw);
+    const int h = blockIdx.x, n = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
+    const bool gate_in_kernel = A_log != nullptr;
+    const bool beta_logit = flags & 1, l2norm = flags & 2, layout_kv = flags & 4;
+    const float eA = gate_in_kernel ? ex2(A_log[h] * KDA_LOG2E) : 0.0f;
+    const float lb2 = lower_bound * KDA_LOG2E;               // gate in log2 units
+    const float* gf = static_cast<const float*>(g);
+    const bf16_bits* gb = static_cast<const bf16_bits*>(g);
+    if (gate_in_kernel && tid < KDA_D) sm.dt_bias[tid] = dt_bias[h * KDA_D + tid];
+
+    // S^T rows v = 16 warp + lane/4 (+8), columns k = 8 j + 2 (lane % 4) (+1): acc[j][0..3]
+    const int vr = 16 * warp + (lane >> 2), kc = 2 * (lane & 3);
+    float S[16][4];
+    const size_t sbase = ((size_t)n * H + h) * KDA_D * KDA_D;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int vv = vr + (e >> 1) * 8, kk = 8 * j + kc + (e & 1);
+            const size_t off = layout_kv ? (size_t)kk * KDA_D + vv : (size_t)vv * KDA_D + kk;
+            S[j][e] = h0 ? load_state(h0 + sbase + off) : 0.0f;
+        }
+    }
+
+    const int nchunks = (eos - bos + KDA_CHUNK - 1) / KDA_CHUNK;
+    const size_t row_stride = (size_t)H * KDA_D;             // elements between tokens of q, k, v, g
+
+    auto prefetch = [&](int c, int s) {
+        const int t0 = bos + c * KDA_CHUNK;
+        const int r = tid >> 4, part = tid & 15;             // 16 rows x 16 parts of 16 bytes
+        const bool ok = t0 + r < eos;                        // rows past the sequence: zero-filled
+        const size_t row = ok ? (size_t)(t0 + r) * row_stride + (size_t)h * KDA_D : 0;
+        const int bytes = ok ? 16 : 0;
+        KdaStage& st = sm.stage[s];
+        cp_async16(&st.q[r][part * 8], q + row + part * 8, bytes);
+        cp_async16(&st.k[r][part * 8], k + row + part * 8, bytes);
+        cp_async16(&st.v[r][part * 8], v + row + part * 8, bytes);
+        if (gate_in_kernel) {
+            cp_async16(reinterpret_cast<bf16_bits*>(&st.g[r][0]) + part * 8, gb + row + part * 8, bytes);
+        } else {
+            cp_async16(&st.g[r][part * 4], gf + row + part * 4, bytes);
+            cp_async16(&st.g[r][64 + part * 4], gf + row + 64 + part * 4, bytes);
+        }
+        cp_async_commit();
+    };
+
+    if (nchunks > 0) prefetch(0, 0);
+    for (int c = 0; c < nchunks; ++c) {
+        const int s = c & 1, t0 = bos + c * KDA_CHUNK, valid = min(KDA_CHUNK, eos - t0);
+        cp_async_wait<0>();
+        __syncthreads();                                                         // S1
+        if (c + 1 < nchunks) prefetch(c + 1, s ^ 1);
+        KdaStage& st = sm.stage[s];
+
+        // P2: row norms of q and k, the gate (log2 units), beta
+        {
+            const int r0 = 2 * warp;
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                const int r = r0 + rr;
+                float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float a = from_bf16(st.q[r][lane * 4 + e]), b = from_bf16(st.k[r][lane * 4 + e]);
+                    sq += a * a;
+                    sk += b * b;
+                }
+#pragma unroll
+                for (int m = 16; m > 0; m >>= 1) {
+                    sq += __shfl_xor_sync(0xffffffffu, sq, m);
+                    sk += __shfl_xor_sync(0xffffffffu, sk, m);
+                }
+                if (lane == 0) {
+                    sm.rq[r] = l2norm ? rsqrtf(sq + 1e-6f) : 1.0f;
+                    sm.rk[r] = l2norm ? rsqrtf(sk + 1e-6f) : 1.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
+            const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
+            float x = 0.0f;
+            if (r < valid) {
+                if (gate_in_kernel) {
+                    const float raw = from_bf16(reinterpret_cast<const bf16_bits*>(&st.g[r][0])[col]);
+                    x = lb2 * sigmoid(eA * (raw + sm.dt_bias[col]));
+                } else {
+                    x = st.g[r][col] * KDA_LOG2E;
+                }
+            }
+            sm.G[r][col] = x;
+        }
+        if (tid < KDA_CHUNK) {
+            float b = 0.0f;
+            if (tid < valid) {
+                b = from_bf16(beta[(size_t)(t0 + tid) * H + h]);
+                if (beta_logit) b = sigmoid(b);
+            }
+            sm.beta[tid] = b;
+        }
+        __syncthreads();                                                         // S2
+
+        // P3: cumulative decays per channel, the chunk's total decay
+        if (tid < KDA_D) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int r = 0; r < KDA_CHUNK; ++r) {
+                acc += sm.G[r][tid];
+                sm.G[r][tid] = acc;
+            }
+            sm.decay[tid] = ex2(acc);
+        }
+        __syncthreads();                                                         // S3
+
+        // P4: the decayed bf16 operands
+#pragma unroll
+        for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
+            const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
+            const float Gc = sm.G[r][col], Gm = sm.G[KDA_MID][col], Gl = sm.G[KDA_CHUNK - 1][col];
+            const float qn = from_bf16(st.q[r][col]) * sm.rq[r] * scale;
+            const float kn = from_bf16(st.k[r][col]) * sm.rk[r];
+            const float e1 = ex2(Gc), e2 = ex2(Gc - Gm), e3 = ex2(Gm - Gc), e4 = ex2(Gl - Gc);
+            store_split<KDA_SPLIT_W>(sm.qd, r, col, qn * e1);
+            sm.kd[r][col] = to_bf16(kn * e1);
+            store_split<KDA_SPLIT_INTRA>(sm.qp, r, col, qn * e2);
+            store_split<KDA_SPLIT_INTRA>(sm.kp, r, col, kn * e2);
+            store_split<KDA_SPLIT_INTRA>(sm.km, r, col, kn * e3);
+            sm.kr[r][col] = to_bf16(kn * e4);
+        }
+        __syncthreads();                                                         // S4
+
+        // P5: warp 0: L = diag(beta) (kp km^T) strictly lower; warp 1: Aqk = qp km^T, j <= i
+        if (warp < 2) {
+            const bf16_bits(*Am)[KDA_CHUNK][KDA_ROW] = warp == 0 ? sm.kp : sm.qp;
+            float acc[2][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < KDA_D / 16; ++kk) {
+                uint32_t ah[4], al[4] = {}, bh[4], bl[4] = {};
+                const int ar = lane & 15, ac = 16 * kk + (lane >> 4) * 8;
+                const int br = (lane >> 4) * 8 + (lane & 7), bc = 16 * kk + ((lane >> 3) & 1) * 8;
+                ldsm_x4(ah, &Am[0][ar][ac]);
+                ldsm_x4(bh, &sm.km[0][br][bc]);
+                if (KDA_SPLIT_INTRA) {
+                    ldsm_x4(al, &Am[KDA_NI - 1][ar][ac]);
+                    ldsm_x4(bl, &sm.km[KDA_NI - 1][br][bc]);
+                }
+                mma_split<KDA_SPLIT_INTRA, KDA_SPLIT_INTRA>(acc[0], ah, al, bh[0], bh[1], bl[0], bl[1]);
+                mma_split<KDA_SPLIT_INTRA, KDA_SPLIT_INTRA>(acc[1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = (lane >> 2) + (e >> 1) * 8, j = 8 * nt + 2 * (lane & 3) + (e & 1);
+                    if (warp == 0) sm.L[i][j] = j < i ? sm.beta[i] * acc[nt][e] : 0.0f;
+                    else store_split<KDA_SPLIT_INTRA>(sm.Aqk, i, j, j <= i ? acc[nt][e] : 0.0f);
+                }
+            }
+        }
+        __syncthreads();                                                         // S5
+
+        // P6: T = (I + L)^-1 diag(beta), column j by lane j (forward substitution in fp32)
+        if (warp == 0 && lane < KDA_CHUNK) {
+            float x[KDA_CHUNK];
+#pragma unroll
+            for (int i = 0; i < KDA_CHUNK; ++i) {
+                float xi = i == lane ? sm.beta[i] : 0.0f;
+#pragma unroll
+                for (int l = 0; l < i; ++l) xi -= sm.L[i][l] * x[l];
+                x[i] = xi;
+                store_split<KDA_SPLIT_INTRA>(sm.T, i, lane, xi);
+            }
+        }
+        __syncthreads();                                                         // S6
+
+        // P7: w = T kd, warp w computes columns [16 w, 16 w + 16)
+        {
+            uint32_t ah[4], al[4] = {}, b[4];
+            float acc[2][4] = {};
+            ldsm_x4(ah, &sm.T[0][lane & 15][(lane >> 4) * 8]);
+            if (KDA_SPLIT_INTRA) ldsm_x4(al, &sm.T[KDA_NI - 1][lane & 15][(lane >> 4) * 8]);
+            ldsm_x4_t(b, &sm.kd[(lane & 7) + ((lane >> 3) & 1) * 8][16 * warp + (lane >> 4) * 8]);
+            mma_split<KDA_SPLIT_INTRA, false>(acc[0], ah, al, b[0], b[1], 0u, 0u);
+            mma_split<KDA_SPLIT_INTRA, false>(acc[1], ah, al, b[2], b[3], 0u, 0u);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = (lane >> 2) + (e >> 1) * 8, j = 16 * warp + 8 * nt + 2 * (lane & 3) + (e & 1);
+                    store_split<KDA_SPLIT_W>(sm.w, i, j, acc[nt][e]);
+                }
+            }
+        }
+        __syncthreads();                                                         // S7
+
+        // P8: this warp's rows of U^T, o^T and the state
+        {
+            const int br = (lane >> 4) * 8 + (lane & 7), bk = ((lane >> 3) & 1) * 8;   // B from [n][k]
+            // u^T = V^T T^T  (A = v^T: ldmatrix.trans of v [j][v]; B = T [c][j])
+            float U[2][4] = {};
+            {
+                uint32_t a[4], bh[4], bl[4] = {};
+                ldsm_x4_t(a, &st.v[(lane & 7) + (lane >> 4) * 8][16 * warp + ((lane >> 3) & 1) * 8]);
+                ldsm_x4(bh, &sm.T[0][br][bk]);
+                if (KDA_SPLIT_INTRA) ldsm_x4(bl, &sm.T[KDA_NI - 1][br][bk]);
+                mma_split<false, KDA_SPLIT_INTRA>(U[0], a, a, bh[0], bh[1], bl[0], bl[1]);
+                mma_split<false, KDA_SPLIT_INTRA>(U[1], a, a, bh[2], bh[3], bl[2], bl[3]);
+            }
+            // U^T = u^T - S^T w^T  and  o^T = S^T qd^T  (A = S^T in bf16, B = w, qd [c][k])
+            float WS[2][4] = {}, O[2][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < KDA_D / 16; ++kk) {
+                uint32_t ah[4], al[4] = {}, bw[4], bwl[4] = {}, bq[4], bql[4] = {};
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {        // a[r]: tile 2 kk + r / 2, registers 2 (r % 2) ..
+                    const float* x = &S[2 * kk + (r >> 1)][2 * (r & 1)];
+                    if (KDA_SPLIT_S) split_pack(x[0], x[1], ah[r], al[r]);
+                    else ah[r] = pack_bf16(x[0], x[1]);
+                }
+                ldsm_x4(bw, &sm.w[0][br][16 * kk + bk]);
+                ldsm_x4(bq, &sm.qd[0][br][16 * kk + bk]);
+                if (KDA_SPLIT_W) {
+                    ldsm_x4(bwl, &sm.w[KDA_NW - 1][br][16 * kk + bk]);
+                    ldsm_x4(bql, &sm.qd[KDA_NW - 1][br][16 * kk + bk]);
+                }
+                mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(WS[0], ah, al, bw[0], bw[1], bwl[0], bwl[1]);
+                mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(WS[1], ah, al, bw[2], bw[3], bwl[2], bwl[3]);
+                mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(O[0], ah, al, bq[0], bq[1], bql[0], bql[1]);
+                mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(O[1], ah, al, bq[2], bq[3], bql[2], bql[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) U[nt][e] -= WS[nt][e];
+            uint32_t uh[4], ul[4] = {};                           // U^T [v][c] as an A operand (k = c)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const float* x = &U[r >> 1][2 * (r & 1)];
+                if (KDA_SPLIT_U) split_pack(x[0], x[1], uh[r], ul[r]);
+                else uh[r] = pack_bf16(x[0], x[1]);
+            }
+            {                                                // o^T += U^T Aqk^T
+                uint32_t bh[4], bl[4] = {};
+                ldsm_x4(bh, &sm.Aqk[0][br][bk]);
+                if (KDA_SPLIT_INTRA) ldsm_x4(bl, &sm.Aqk[KDA_NI - 1][br][bk]);
+                mma_split<KDA_SPLIT_U, KDA_SPLIT_INTRA>(O[0], uh, ul, bh[0], bh[1], bl[0], bl[1]);
+                mma_split<KDA_SPLIT_U, KDA_SPLIT_INTRA>(O[1], uh, ul, bh[2], bh[3], bl[2], bl[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int vv = vr + (e >> 1) * 8, cc = 8 * nt + kc + (e & 1);
+                    sm.o[cc][vv] = to_bf16(O[nt][e]);
+                }
+            }
+            // S^T <- e^(G_C) S^T + U^T kr   (B = kr [c][k]: ldmatrix.trans)
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const float d0 = sm.decay[8 * j + kc], d1 = sm.decay[8 * j + kc + 1];
+                S[j][0] *= d0;
+                S[j][1] *= d1;
+                S[j][2] *= d0;
+                S[j][3] *= d1;
+            }
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+                uint32_t b[4];
+                ldsm_x4_t(b, &sm.kr[(lane & 7) + ((lane >> 3) & 1) * 8][16 * jj + (lane >> 4) * 8]);
+                mma_split<KDA_SPLIT_U, false>(S[2 * jj], uh, ul, b[0], b[1], 0u, 0u);
+                mma_split<KDA_SPLIT_U, false>(S[2 * jj + 1], uh, ul, b[2], b[3], 0u, 0u);
+            }
+        }
+        __syncthreads();                                                         // S8
+
+        // the chunk's output rows, 16 bytes per thread
+        {
+            const int r = tid >> 4, part = tid & 15;
+            if (r < valid) {
+                const uint4 val = *reinterpret_cast<const uint4*>(&sm.o[r][part * 8]);
+                *reinterpret_cast<uint4*>(o + (size_t)(t0 + r) * row_stride + (size_t)h * KDA_D + part * 8) = val;
+            }
+        }
+    }
+
+    if (ht) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int vv = vr + (e >> 1) * 8, kk = 8 * j + kc + (e & 1);
+                const size_t off = layout_kv ? (size_t)kk * KDA_D + vv : (size_t)vv * KDA_D + kk;
+                store_state(ht + sbase + off, S[j][e]);
+            }
+        }
+    }
+}
+
+#define KDA_ENTRY(NAME, ST)                                                                              \
+    extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) NAME(                                   \
+        const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
+        const float* A_log, const float* dt_bias, const int* cu_seqlens, const ST* h0, bf16_bits* o,     \
+        ST* ht, int T, int H, int N, float scale, float lower_bound, int flags) {                         \
+        kda_fwd_body<ST>(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, h0, o, ht, T, H, N, scale,        \
+                         lower_bound, flags);                                                            \
+    }

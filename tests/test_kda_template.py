@@ -1,0 +1,120 @@
+"""The KDA template (kernels/kda/template.cu, step 2) on the CPU: it renders, compiles for sm_90a
+with no spills and keeps its promises (the judge's static checks), launches every case, and the
+numpy model of its arithmetic (kernel_model.py) stays within the family's tolerances."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from fitness.family import KERNELS_DIR, import_sibling, load_family
+from fitness.static_checks import static_problems
+from genomes import load_space
+from genomes.kda import DEFAULT, SPACE
+
+FAMILY = load_family("kda")
+model = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "kernel_model")
+fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
+
+
+def test_space_is_registered_and_default_is_in_it():
+    assert load_space("kda") is SPACE and SPACE.size() == 16
+    assert DEFAULT["chunk"] == 16 and DEFAULT["split_s"] and DEFAULT["split_intra"] and not DEFAULT["split_w"]
+
+
+def test_render_is_pure_and_sets_every_define():
+    src = FAMILY.render(DEFAULT)
+    assert src == FAMILY.render(dict(DEFAULT))
+    for name, value in fam.defines(DEFAULT).items():
+        assert f"#define {name} {value}\n" in src
+    assert "KDA_ENTRY(kda_fwd_fp32, float)" in src and "KDA_ENTRY(kda_fwd_bf16, bf16_bits)" in src
+    other = SPACE.make(dict(DEFAULT, split_w=True))
+    assert FAMILY.render(other) != src
+
+
+def test_launch_covers_every_case():
+    for case in FAMILY.check_cases() + FAMILY.benchmark_cases("all"):
+        launch = FAMILY.launch(DEFAULT, case)
+        p = case.params
+        assert launch.kernel == f"kda_fwd_{p['state']}"
+        assert launch.grid == (p["H"], len(p["lens"]), 1) and launch.block == (256, 1, 1)
+        assert launch.shared_bytes == fam.smem_bytes(DEFAULT) and launch.args == FAMILY.kernel_args(case)
+    assert fam.smem_bytes(SPACE.make(dict(DEFAULT, split_intra=False))) < fam.smem_bytes(DEFAULT)
+    with pytest.raises(ValueError, match="K = V = 128"):
+        FAMILY.launch(DEFAULT, FAMILY.make_case((5,), 1, K=64, V=64))
+
+
+@pytest.mark.parametrize("values", [dict(DEFAULT), dict(DEFAULT, split_s=False, split_u=False, split_intra=False),
+                                    dict(DEFAULT, split_w=True)], ids=["default", "all-bf16", "all-split"])
+def test_compiles_without_spills_and_keeps_its_promises(tmp_path, values):
+    """nvcc for sm_90a through the judge's compiler; the static_assert on sizeof(KdaSmem) makes
+    the compile fail if family.smem_bytes disagrees with the template's layout."""
+    from fitness.compile import Compiler
+
+    genome = SPACE.make(values)
+    res = Compiler(tmp_path).compile(FAMILY.render(genome), FAMILY.compile_flags(genome))
+    assert res.ok, res.log[-3000:]
+    assert set(res.kernels) == {"kda_fwd_fp32", "kda_fwd_bf16"}
+    for name, r in res.kernels.items():
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_frame_bytes == 0, (name, r)
+    assert static_problems(res, FAMILY, genome) == []
+
+
+def _model_errors(case, values, seed=11):
+    out = {}
+    for d in FAMILY.distributions:
+        ins = FAMILY.make_inputs(case, np.random.default_rng(seed), d)
+        ref = FAMILY.reference(case, ins)
+        f = FAMILY.activations(case, ins)
+        cu, p = f["cu_seqlens"], case.params
+        o = np.zeros_like(ref["o"])
+        fin = np.zeros_like(f["h0"])
+        for i, (a, b) in enumerate(zip(cu, cu[1:])):
+            o[a:b], fin[i] = model.chunk_model(f["q"][a:b], f["k"][a:b], f["v"][a:b], f["g"][a:b], f["beta"][a:b],
+                                               p["scale"], f["h0"][i], p["state"],
+                                               **{k: values[k] for k in ("split_s", "split_u", "split_w", "split_intra")})
+        err = {"o": np.linalg.norm(o - ref["o"]) / np.linalg.norm(ref["o"])}
+        if "final_state" in ref:
+            want = ref["final_state"].transpose(0, 1, 3, 2) if p["layout"] == "vk" else ref["final_state"]
+            err["final_state"] = np.linalg.norm(fin - want) / np.linalg.norm(want)
+        out[d] = err
+    return out
+
+
+MODEL_CASES = [FAMILY.make_case((37, 1, 90), 3, name="mixed"), FAMILY.make_case((700,), 2, name="T700"),
+               FAMILY.make_case((45, 19), 2, state="bf16", layout="kv", name="bf16-kv"),
+               FAMILY.make_case((64, 65), 2, gate_in_kernel=False, beta_sigmoid=False, name="precomputed")]
+
+
+@pytest.mark.parametrize("case", MODEL_CASES, ids=lambda c: c.id)
+def test_default_models_within_tolerance_with_margin(case):
+    tol = FAMILY.tolerances(case)
+    for d, err in _model_errors(case, DEFAULT).items():
+        for name, e in err.items():
+            assert e < 0.8 * tol[name].rel_l2, (d, name, e)
+
+
+def test_splitting_reduces_the_modelled_error():
+    case = MODEL_CASES[1]
+    plain = _model_errors(case, dict(DEFAULT, split_s=False, split_u=False, split_intra=False))
+    split = _model_errors(case, DEFAULT)
+    full = _model_errors(case, dict(DEFAULT, split_w=True))
+    for d in FAMILY.distributions:
+        assert full[d]["o"] < split[d]["o"] < plain[d]["o"]
+
+
+def test_model_of_exact_products_is_the_reference_rounded_to_bf16():
+    """With every product split the model's error is about bf16's output rounding alone."""
+    case = MODEL_CASES[0]
+    err = _model_errors(case, {k: True for k in ("split_s", "split_u", "split_w", "split_intra")})
+    for d in FAMILY.distributions:
+        assert 1e-3 < err[d]["o"] < 2.5e-3
+
+
+def test_every_genome_of_the_space_renders_distinct_code():
+    names = ("split_s", "split_u", "split_w", "split_intra")
+    sources = {FAMILY.render(SPACE.make(dict(zip(names, bits), chunk=16)))
+               for bits in itertools.product((False, True), repeat=4)}
+    assert len(sources) == 16

@@ -207,6 +207,16 @@ class EvaluatorSection:
                                                        "never less than timeout_s")
     startup_timeout_s: float = _f(120.0, min=1.0, doc="how long a GPU worker may take to start")
     compile_jobs: int = _f(0, min=0, doc="parallel nvcc processes (0: one per CPU)")
+    pool: str = _f("local", choices=("local", "ray"), doc="where jobs run: 'local' (one worker process per GPU "
+                                                          "of this host) or 'ray' (one actor per GPU of a Ray "
+                                                          "cluster, compiles spread over its CPUs; with kind = "
+                                                          "'replay', the recording answered by the actors)")
+    ray_address: str = _f("", doc="pool = 'ray': the cluster to join, e.g. 'head-node:6379' (`ray start --head` "
+                                  "there); empty: RAY_ADDRESS if set, else a Ray started on this host")
+    gpus: int = _f(0, min=0, doc="pool = 'ray': GPUs (actors) this run judges on (0: every GPU of the cluster); "
+                                 "the local pool's count is workers")
+    ray_retries: int = _f(2, min=0, max=20, doc="pool = 'ray': times a job is run again when its actor or node "
+                                               "died under it (never the candidate's fault); then RUNTIME_ERROR")
 
 
 @dataclass(frozen=True)
@@ -425,6 +435,14 @@ def _cross_checks(cfg: Config) -> list[str]:
     if opt.enabled and opt.trials >= cfg.budget.evaluations:
         problems.append(f"search.optuna.trials: {opt.trials} leaves nothing of budget.evaluations "
                         f"({cfg.budget.evaluations}) for the main strategy")
+    ev = cfg.evaluator
+    if ev.pool == "local":
+        for name, value in (("ray_address", ev.ray_address), ("gpus", ev.gpus)):
+            if value:
+                problems.append(f"evaluator.{name}: only pool = 'ray' uses it (pool is 'local', whose GPU count is "
+                                f"evaluator.workers); set pool = 'ray' or remove {name}")
+    elif ev.workers:
+        problems.append("evaluator.workers: the Ray pool runs one actor per GPU; set evaluator.gpus instead")
     if cfg.evaluator.kind == "replay" and not cfg.evaluator.replay:
         problems.append("evaluator.replay: required when evaluator.kind = 'replay' (a .csv/.json table or URL#run_id)")
     ops = cfg.operators

@@ -224,9 +224,10 @@ class RayPool(Pool):
     def worker_info(self) -> list[dict[str, Any]]:
         return [dict(s.info, slot=s.index, state=s.state, last_error=s.error) for s in self._slots]
 
-    def actor_pids(self) -> list[int]:
-        """The live actors' process ids (what a chaos test kills)."""
-        return [int(s.info["actor_pid"]) for s in self._slots if s.state != DEAD and "actor_pid" in s.info]
+    def actor_pids(self, busy: bool = False) -> list[int]:
+        """The live actors' process ids (what a chaos test kills); `busy`: only those judging a job now."""
+        return [int(s.info["actor_pid"]) for s in list(self._slots)
+                if s.state != DEAD and "actor_pid" in s.info and (not busy or s.state == BUSY)]
 
     # -- lifecycle -----------------------------------------------------------------------------
     def _cluster_gpus(self) -> int:

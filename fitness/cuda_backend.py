@@ -2,7 +2,9 @@
 
 `fitness.device.DeviceRunner` does everything else in array code against a backend's array module,
 which is why its tests can drive the whole runner on the CPU with a numpy backend. See the notes on
-cupy in fitness/device.py (module loading without RawModule's cache, compile-time clusters).
+cupy in fitness/device.py (module loading without RawModule's cache, clusters). Launches go through
+cupy, or through the driver's cuLaunchKernelEx (fitness.driver_launch) for a launch-time cluster
+or a by-value argument.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fitness.family import Launch
+from fitness.driver_launch import (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, PORTABLE_CLUSTER_CTAS,
+                                   DriverLauncher, cluster_problem)
+from fitness.family import ByValue, Launch
 
 STATIC_SMEM_LIMIT = 48 * 1024      # above this, dynamic shared memory must be opted in
 
@@ -96,6 +100,10 @@ class CupyBackend:
         self._flush = cupy.empty(2 * self.l2_bytes, dtype=cupy.uint8)
         self._rng: Any = None
         self._spin: Any = None
+        self._driver = DriverLauncher()
+        #: CUfunction handle -> True when it was compiled without __cluster_dims__ (a cluster asked
+        #: for must be set at launch); written by prepare_kernel before every case's launches
+        self._runtime_cluster: dict[int, bool] = {}
 
     # -- facts --------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -142,11 +150,26 @@ class CupyBackend:
             if any(g % c for g, c in zip(launch.grid, compiled)):
                 raise LaunchInvalid(f"grid {tuple(launch.grid)} is not divisible by the kernel's "
                                     f"__cluster_dims__ {compiled}")
-        elif wanted != (1, 1, 1) and all(c >= 0 for c in compiled):
-            raise LaunchInvalid(f"Launch.cluster {wanted} needs __cluster_dims__ in the kernel: this runner "
-                                f"launches through cupy, which cannot set cluster dimensions at launch")
+        self._runtime_cluster[int(kernel.ptr)] = not has_cluster
+        if not has_cluster and wanted != (1, 1, 1):        # a cluster set at launch (cuLaunchKernelEx)
+            problem = cluster_problem(wanted)
+            if problem:
+                raise LaunchInvalid(problem)
+            if wanted[0] * wanted[1] * wanted[2] > PORTABLE_CLUSTER_CTAS:
+                drv.funcSetAttribute(kernel.ptr, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
 
     def launch(self, kernel: Any, launch: Launch, args: Sequence[Any]) -> None:
+        """Through cupy, or through cuLaunchKernelEx when the launch asks for a cluster the kernel
+        was not compiled with, or passes a ByValue argument (cupy packs neither)."""
+        cluster = tuple(int(c) for c in launch.cluster)
+        runtime = cluster != (1, 1, 1) and self._runtime_cluster.get(int(kernel.ptr), False)
+        if runtime or any(isinstance(a, ByValue) for a in args):
+            status = self._driver.launch(int(kernel.ptr), launch, args, pointer_of=lambda a: a.data.ptr,
+                                         stream=self.cp.cuda.get_current_stream().ptr,
+                                         cluster=cluster if runtime else None)
+            if status:
+                raise CudaStatusError(status, "cuLaunchKernelEx")
+            return
         kernel(tuple(int(g) for g in launch.grid), tuple(int(b) for b in launch.block), tuple(args),
                shared_mem=int(launch.shared_bytes))
 

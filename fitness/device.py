@@ -46,11 +46,13 @@ Notes on cupy:
   RawModule memoises loaded modules per path for the life of the process, so every candidate's
   module (and its __device__ globals) would stay loaded forever. A Module is unloaded when the
   last reference goes, i.e. at the end of each job.
-- cupy cannot pass cluster dimensions at launch. A kernel that needs clusters must declare them
-  with `__cluster_dims__(x, y, z)`; then an ordinary launch forms the clusters. The runner reads
-  the compiled cluster shape (CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*) and declares the case
-  INVALID when Launch.cluster disagrees with it, when a cluster is asked for but none is
-  compiled in, or when the grid is not divisible by the cluster.
+- cupy cannot pass cluster dimensions at launch. A kernel compiled with `__cluster_dims__(x, y, z)`
+  gets its clusters from an ordinary cupy launch; the runner reads the compiled cluster shape
+  (CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*) and declares the case INVALID when Launch.cluster
+  disagrees with it or the grid is not divisible by it. A kernel compiled without one that is
+  asked for a cluster, and any launch with a ByValue argument, goes through the CUDA driver's
+  cuLaunchKernelEx instead (fitness.driver_launch: the cluster as a launch attribute, the
+  parameters packed by the runner).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ import numpy as np
 from fitness import baseline_runs, dtypes, verify
 from fitness.cuda_backend import (  # noqa: F401 - re-exported: tests and workers name them here
     STATIC_SMEM_LIMIT, STICKY_CUDA_ERRORS, CudaStatusError, CupyBackend, KernelTimeout, LaunchInvalid)
-from fitness.family import BufferSpec, Case, KernelFamily, Launch, load_family
+from fitness.family import Buffer, BufferSpec, Case, KernelFamily, Launch, kernel_arg, load_family
 from fitness.guarded import GUARD_MIN_BYTES, GuardedBuffer, judge_outputs, spec_dtype  # noqa: F401
 from fitness.jobs import BENCH, CHECK, Job, JobResult, TimingConfig
 from fitness.records import CaseResult, Status
@@ -116,19 +118,21 @@ def launch_problem(launch: Launch, *, max_threads: int = 1024, max_smem: int = 2
 
 
 def resolve_args(launch: Launch, buffers: Mapping[str, Any]) -> list[Any]:
-    """Launch.args -> kernel arguments: buffer names become arrays, None a NULL pointer, numpy
-    scalars pass by value. Plain Python numbers are refused (cupy would pass them as 64-bit)."""
+    """Launch.args -> kernel arguments: a Buffer (or a buffer name) becomes its array, None a NULL
+    pointer; numpy scalars and ByValue bytes pass by value (the backend packs them). Plain Python
+    numbers are refused (cupy would pass them as 64-bit)."""
     out = []
     for i, a in enumerate(launch.args):
-        if isinstance(a, str):
-            if a not in buffers:
-                raise LaunchInvalid(f"Launch.args[{i}] names buffer {a!r}, but the case has {sorted(buffers)}")
-            out.append(buffers[a])
-        elif a is None or isinstance(a, np.generic):
-            out.append(a)
+        try:
+            arg = kernel_arg(a, i)
+        except ValueError as exc:
+            raise LaunchInvalid(str(exc)) from None
+        if isinstance(arg, Buffer):
+            if arg.name not in buffers:
+                raise LaunchInvalid(f"Launch.args[{i}] names buffer {arg.name!r}, but the case has {sorted(buffers)}")
+            out.append(buffers[arg.name])
         else:
-            raise LaunchInvalid(f"Launch.args[{i}] = {a!r} ({type(a).__name__}): pass a buffer name, None "
-                                f"(NULL) or a numpy scalar such as np.int32(...)/np.float32(...)")
+            out.append(arg)
     return out
 
 

@@ -49,12 +49,76 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
+class Buffer:
+    """A kernel parameter that is a device buffer of the case: an input or output of `io`, or a
+    workspace buffer, by name; the kernel receives its device pointer."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Buffer needs the name of one of the case's buffers, got {self.name!r}")
+
+
+@dataclass(frozen=True)
+class ByValue:
+    """A kernel parameter passed by value as raw bytes: a struct the kernel takes by value, e.g. a
+    128-byte CUtensorMap (a TMA descriptor, `const __grid_constant__ CUtensorMap`, align 64).
+    `align` (a power of two, at most 128) is the C type's alignment; the bytes are the value as
+    the device reads it. `what` names it in messages."""
+
+    data: bytes
+    align: int = 8
+    what: str = ""
+
+    def __repr__(self) -> str:
+        return f"ByValue({len(self.data)} bytes, align={self.align}{f', what={self.what!r}' if self.what else ''})"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, (bytes, bytearray)) or not self.data:
+            raise ValueError(f"ByValue{f' {self.what}' if self.what else ''}: data must be non-empty bytes")
+        if not isinstance(self.align, int) or self.align < 1 or self.align > 128 or self.align & (self.align - 1):
+            raise ValueError(f"ByValue{f' {self.what}' if self.what else ''}: align must be a power of two "
+                             f"from 1 to 128, got {self.align!r}")
+        if len(self.data) % self.align:
+            raise ValueError(f"ByValue{f' {self.what}' if self.what else ''}: {len(self.data)} bytes is not a "
+                             f"multiple of its alignment {self.align} (a C struct's size always is)")
+
+
+#: one kernel parameter: a device buffer, NULL (None), a numpy scalar of the parameter's exact
+#: type (np.int32(M), np.float32(eps), np.uint64(...)), or raw bytes by value
+KernelArg = Buffer | ByValue | np.generic | None
+
+
+def kernel_arg(a: Any, index: int = 0) -> KernelArg:
+    """One Launch.args entry in its explicit kind: a plain string is the Buffer of that name (the
+    older form, still accepted); None, numpy integer/float scalars, Buffer and ByValue as they are.
+    ValueError naming the index otherwise (a plain Python int or float has no width: cupy would
+    pass it as 64 bits)."""
+    if isinstance(a, str):
+        return Buffer(a)
+    if a is None or isinstance(a, (Buffer, ByValue)):
+        return a
+    if isinstance(a, np.generic) and a.dtype.kind in "biuf":
+        return a
+    raise ValueError(f"Launch.args[{index}] = {a!r} ({type(a).__name__}): pass Buffer(name) (or the name), None "
+                     "(NULL), a numpy scalar such as np.int32(...)/np.float32(...), or ByValue(bytes, align)")
+
+
+@dataclass(frozen=True)
 class Launch:
     """How to launch one rendered kernel for one case.
 
-    `args` lists the kernel parameters in order: a string names a device buffer (an input or an
-    output of `io`), anything else is passed by value as the given numpy scalar (np.int32(M),
-    np.float32(eps), ...).
+    `args` lists the kernel parameters in order, each a `KernelArg`: `Buffer("x")` (or the plain
+    string "x") for a device buffer of the case, None for a NULL pointer, a numpy scalar of the
+    parameter's type (np.int32(M), np.float32(eps), ...), or `ByValue(bytes, align)` for a struct
+    by value (TMA descriptors). `typed_args()` gives them in their explicit kinds.
+
+    `cluster`: CTAs per thread-block cluster. A kernel compiled with `__cluster_dims__` gets that
+    cluster from an ordinary launch (then `cluster` must repeat it, or be (1, 1, 1)); one compiled
+    without it gets `cluster` at launch time (cuLaunchKernelEx with a cluster-dimension
+    attribute; 9 to 16 CTAs are non-portable on sm_90 and opted in per kernel). The grid must be
+    a multiple of the cluster either way.
     """
 
     kernel: str                         # extern "C" entry name in the rendered source
@@ -63,6 +127,10 @@ class Launch:
     args: tuple[Any, ...]
     shared_bytes: int = 0               # dynamic shared memory
     cluster: tuple[int, int, int] = (1, 1, 1)
+
+    def typed_args(self) -> tuple[KernelArg, ...]:
+        """`args` in their explicit kinds (kernel_arg); ValueError naming a bad one."""
+        return tuple(kernel_arg(a, i) for i, a in enumerate(self.args))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,151 @@
+"""Kernel launches through the CUDA driver's cuLaunchKernelEx, for what a cupy launch cannot do:
+thread-block clusters chosen at launch time (a CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION attribute,
+for a kernel compiled without `__cluster_dims__`) and parameters passed by value as raw bytes
+(fitness.family.ByValue, e.g. a 128-byte CUtensorMap).
+
+The driver is reached with ctypes on libcuda (cupy's driver bindings have no cuLaunchKernelEx).
+The packing is pure and separate from the call, so it is tested on the CPU: `pack_params` lays
+every parameter out at its C alignment and gives the `void**` array cuLaunchKernelEx reads (the
+driver copies the values during the call, so the storage lives only as long as the call), and
+`launch_config` fills the CUlaunchConfig / CUlaunchAttribute structures of cuda.h (CUDA 12-13:
+a 64-byte attribute value union after an 8-byte id, the stream handle at offset 32).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fitness.family import ByValue, Launch
+
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4          # cuda.h CUlaunchAttributeID
+CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+PORTABLE_CLUSTER_CTAS = 8                          # sm_90: larger clusters need the attribute above
+MAX_CLUSTER_CTAS = 16                              # sm_90 with the non-portable opt-in
+POINTER_BYTES = 8
+
+
+class _ClusterDim(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+class CUlaunchAttributeValue(ctypes.Union):
+    # 64 bytes; 8-byte alignment as in cuda.h (members hold pointers and 64-bit values)
+    _fields_ = [("pad", ctypes.c_char * 64), ("clusterDim", _ClusterDim), ("_align", ctypes.c_uint64)]
+
+
+class CUlaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", CUlaunchAttributeValue)]
+
+
+class CUlaunchConfig(ctypes.Structure):
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(CUlaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+@dataclass(frozen=True)
+class PackedParams:
+    """Kernel parameters laid out for cuLaunchKernelEx: `array` is the `void**` (one pointer per
+    parameter, into `storage`); `layout` is (offset, bytes) of each value in storage (tests)."""
+
+    storage: Any
+    array: Any
+    layout: tuple[tuple[int, bytes], ...]
+
+    def address(self, i: int) -> int:
+        return int(self.array[i])
+
+
+def param_bytes(arg: Any, pointer_of: Callable[[Any], int]) -> tuple[bytes, int]:
+    """One resolved kernel argument as (the bytes the kernel parameter holds, their alignment):
+    None is a NULL pointer, a numpy scalar its value (aligned to its size), ByValue its bytes,
+    anything else a device array whose pointer `pointer_of` gives."""
+    if arg is None:
+        return bytes(POINTER_BYTES), POINTER_BYTES
+    if isinstance(arg, ByValue):
+        return bytes(arg.data), arg.align
+    if isinstance(arg, np.generic):
+        if arg.dtype.kind not in "biuf":
+            raise ValueError(f"a numpy {arg.dtype} scalar is not a kernel parameter (integers and floats only)")
+        return arg.tobytes(), arg.dtype.itemsize
+    ptr = int(pointer_of(arg))
+    if not 0 <= ptr < 2**64:
+        raise ValueError(f"device pointer {ptr:#x} is not a 64-bit address")
+    return ptr.to_bytes(POINTER_BYTES, "little"), POINTER_BYTES
+
+
+def pack_params(args: Sequence[Any], pointer_of: Callable[[Any], int]) -> PackedParams:
+    """Every argument at its alignment in one buffer (itself 128-byte aligned), and the pointer
+    array naming each. Values are little-endian, as the device reads them."""
+    values = [param_bytes(a, pointer_of) for a in args]
+    layout, offset = [], 0
+    for data, align in values:
+        offset = -(-offset // align) * align
+        layout.append((offset, data))
+        offset += len(data)
+    storage = (ctypes.c_char * (offset + 128))()
+    base = ctypes.addressof(storage)
+    start = -(-base // 128) * 128 - base
+    array = (ctypes.c_void_p * max(1, len(values)))()
+    for i, (off, data) in enumerate(layout):
+        ctypes.memmove(base + start + off, data, len(data))
+        array[i] = base + start + off
+    return PackedParams(storage, array, tuple(layout))
+
+
+def launch_config(launch: Launch, stream: int = 0, cluster: tuple[int, int, int] | None = None
+                  ) -> tuple[CUlaunchConfig, Any]:
+    """The CUlaunchConfig of a launch (grid, block, dynamic shared bytes, stream) and its attribute
+    array (kept alive by the caller): one cluster-dimension attribute when `cluster` is given."""
+    attrs = (CUlaunchAttribute * 1)()
+    n = 0
+    if cluster is not None:
+        attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attrs[0].value.clusterDim.x, attrs[0].value.clusterDim.y, attrs[0].value.clusterDim.z = \
+            (int(c) for c in cluster)
+        n = 1
+    g, b = (int(v) for v in launch.grid), (int(v) for v in launch.block)
+    cfg = CUlaunchConfig(*g, *b, int(launch.shared_bytes), ctypes.c_void_p(int(stream) or None),
+                         ctypes.cast(attrs, ctypes.POINTER(CUlaunchAttribute)) if n else None, n)
+    return cfg, attrs
+
+
+def cluster_problem(cluster: Sequence[int]) -> str | None:
+    """Why a launch-time cluster cannot be asked for on sm_90, or None."""
+    ctas = int(np.prod([int(c) for c in cluster]))
+    if ctas > MAX_CLUSTER_CTAS:
+        return (f"Launch.cluster {tuple(cluster)} has {ctas} CTAs: sm_90 allows at most {MAX_CLUSTER_CTAS} "
+                f"per cluster ({PORTABLE_CLUSTER_CTAS} portably)")
+    return None
+
+
+class DriverLauncher:
+    """cuLaunchKernelEx from libcuda (loaded at the first launch). `launch` returns the CUresult
+    (0: queued); the caller turns a failure into its own error."""
+
+    def __init__(self, library: str = "libcuda.so.1"):
+        self.library = library
+        self._fn: Any = None
+
+    def _launch_fn(self) -> Any:
+        if self._fn is None:
+            fn = ctypes.CDLL(self.library).cuLaunchKernelEx
+            fn.argtypes = [ctypes.POINTER(CUlaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                           ctypes.POINTER(ctypes.c_void_p)]
+            fn.restype = ctypes.c_int
+            self._fn = fn
+        return self._fn
+
+    def launch(self, function: int, launch: Launch, args: Sequence[Any], *, pointer_of: Callable[[Any], int],
+               stream: int = 0, cluster: tuple[int, int, int] | None = None) -> int:
+        """Queue `function` (a CUfunction handle) with `args` (resolved: arrays, None, numpy scalars,
+        ByValue) on `stream`, with a launch-time `cluster` when given."""
+        params = pack_params(args, pointer_of)
+        cfg, attrs = launch_config(launch, stream, cluster)
+        status = self._launch_fn()(ctypes.byref(cfg), ctypes.c_void_p(int(function)), params.array, None)
+        return int(status)                    # the driver has copied cfg, attrs and params by now

@@ -1,0 +1,115 @@
+"""On the H200 (`pytest -m gpu tests/test_cluster_launch_gpu.py`): clusters set at launch time and
+by-value arguments through fitness.cuda_backend.CupyBackend (cuLaunchKernelEx, fitness.driver_launch),
+beside the compile-time path. Each kernel reads its cluster special registers (%cluster_nctarank,
+%cluster_ctarank, %clusterid.x) and writes them out per CTA; the probe of arguments writes back a
+NULL pointer test, an int, a float, a 128-byte struct passed by value (a CUtensorMap's size and
+alignment) and a 64-bit integer. The CPU half: tests/test_driver_launch.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fitness.family import Buffer, ByValue, Launch
+
+pytestmark = pytest.mark.gpu
+
+SOURCE = r"""
+struct __align__(64) Blob { unsigned int w[32]; };          // 128 bytes, aligned as a CUtensorMap
+
+__device__ __forceinline__ void probe(unsigned int* out) {
+    unsigned int n, r, c;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(c));
+    if (threadIdx.x == 0) { out[3 * blockIdx.x] = n; out[3 * blockIdx.x + 1] = r; out[3 * blockIdx.x + 2] = c; }
+}
+
+extern "C" __global__ void probe_runtime(unsigned int* out) { probe(out); }
+extern "C" __global__ void __cluster_dims__(2, 1, 1) probe_compiled(unsigned int* out) { probe(out); }
+
+extern "C" __global__ void probe_args(unsigned int* out, const float* nothing, int a, float b,
+                                      const __grid_constant__ Blob blob, unsigned long long c) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        out[0] = nothing == nullptr;
+        out[1] = (unsigned int)a;
+        out[2] = __float_as_uint(b);
+        for (int i = 0; i < 32; i++) out[3 + i] = blob.w[i];
+        out[35] = (unsigned int)c;
+        out[36] = (unsigned int)(c >> 32);
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu(tmp_path_factory):
+    pytest.importorskip("cupy")
+    from fitness.compile import Compiler
+    from fitness.cuda_backend import CupyBackend
+
+    res = Compiler(tmp_path_factory.mktemp("cc")).compile(SOURCE)
+    assert res.ok, res.log
+    backend = CupyBackend(0)
+    module = backend.load(res.cubin())
+    return backend, module
+
+
+def _run(gpu, name, launch, out, extra=()):
+    backend, module = gpu
+    k = backend.get_kernel(module, name)
+    backend.prepare_kernel(k, launch)
+    backend.launch(k, launch, [out, *extra])
+    backend.synchronize(10.0)
+    return out.get()
+
+
+@pytest.mark.parametrize("c", [2, 4, 16])            # 16: non-portable, opted in per kernel
+def test_a_cluster_set_at_launch_time(gpu, c):
+    cp = gpu[0].cp
+    grid = 2 * c
+    out = cp.full(3 * grid, 0xFFFFFFFF, dtype=cp.uint32)
+    got = _run(gpu, "probe_runtime", Launch("probe_runtime", (grid, 1, 1), (32, 1, 1), (Buffer("out"),),
+                                            cluster=(c, 1, 1)), out).reshape(grid, 3)
+    b = np.arange(grid)
+    assert (got[:, 0] == c).all() and (got[:, 1] == b % c).all() and (got[:, 2] == b // c).all(), got
+
+
+def test_without_a_cluster_each_cta_is_its_own(gpu):
+    cp = gpu[0].cp
+    out = cp.full(3 * 4, 0xFFFFFFFF, dtype=cp.uint32)
+    got = _run(gpu, "probe_runtime", Launch("probe_runtime", (4, 1, 1), (32, 1, 1), ("out",)), out).reshape(4, 3)
+    assert (got[:, 0] == 1).all() and (got[:, 1] == 0).all() and (got[:, 2] == np.arange(4)).all()
+
+
+def test_the_compile_time_cluster_still_launches_through_cupy(gpu):
+    from fitness.cuda_backend import LaunchInvalid
+
+    cp = gpu[0].cp
+    for cluster in ((2, 1, 1), (1, 1, 1)):               # repeated, or left to the kernel
+        out = cp.full(3 * 8, 0xFFFFFFFF, dtype=cp.uint32)
+        got = _run(gpu, "probe_compiled", Launch("probe_compiled", (8, 1, 1), (32, 1, 1), ("out",), cluster=cluster),
+                   out).reshape(8, 3)
+        assert (got[:, 0] == 2).all() and (got[:, 1] == np.arange(8) % 2).all()
+    backend, module = gpu
+    with pytest.raises(LaunchInvalid, match="differs from the kernel's __cluster_dims__"):
+        backend.prepare_kernel(backend.get_kernel(module, "probe_compiled"),
+                               Launch("probe_compiled", (8, 1, 1), (32, 1, 1), ("out",), cluster=(4, 1, 1)))
+    with pytest.raises(LaunchInvalid, match="at most 16"):
+        backend.prepare_kernel(backend.get_kernel(module, "probe_runtime"),
+                               Launch("probe_runtime", (32, 1, 1), (32, 1, 1), ("out",), cluster=(32, 1, 1)))
+
+
+@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1)])
+def test_by_value_arguments_reach_the_kernel(gpu, cluster):
+    cp = gpu[0].cp
+    words = np.arange(32, dtype=np.uint32) * 0x01010101 + 7
+    out = cp.zeros(37, dtype=cp.uint32)
+    launch = Launch("probe_args", (2, 1, 1), (32, 1, 1),
+                    ("out", None, np.int32(-12345), np.float32(3.25), ByValue(words.tobytes(), 64, "blob"),
+                     np.uint64(0x0123_4567_89AB_CDEF)), cluster=cluster)
+    got = _run(gpu, "probe_args", launch, out, extra=[None, np.int32(-12345), np.float32(3.25),
+                                                      ByValue(words.tobytes(), 64, "blob"), np.uint64(0x0123_4567_89AB_CDEF)])
+    assert got[0] == 1 and got[1] == np.uint32(np.int32(-12345).view(np.uint32))
+    assert got[2] == np.float32(3.25).view(np.uint32) and (got[3:35] == words).all()
+    assert (int(got[36]) << 32 | int(got[35])) == 0x0123_4567_89AB_CDEF

@@ -1,0 +1,183 @@
+"""Typed launch arguments and launches through cuLaunchKernelEx (fitness.driver_launch), on the CPU:
+the argument kinds (fitness.family.Buffer / ByValue / numpy scalars / None, plain names still
+accepted), their packing at C alignment, and the CUlaunchConfig / CUlaunchAttribute layout checked
+against cuda.h by a host C compiler, then a whole DriverLauncher.launch against a stand-in
+libcuda (a host shared library defining cuLaunchKernelEx that keeps what it was given).
+The same launches on the H200: tests/test_cluster_launch_gpu.py."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitness import driver_launch as dl
+from fitness.device import LaunchInvalid, resolve_args
+from fitness.family import Buffer, ByValue, Launch, kernel_arg
+
+
+class Dev:
+    """A device array stand-in: what the launcher reads of one is `.data.ptr`."""
+
+    def __init__(self, ptr):
+        self.data = type("P", (), {"ptr": ptr})()
+
+
+# -- argument kinds --------------------------------------------------------------------------------
+def test_kinds_are_explicit_and_plain_names_still_work():
+    launch = Launch("k", (1, 1, 1), (32, 1, 1), ("x", Buffer("y"), None, np.int32(7), np.float32(0.5),
+                                                 ByValue(bytes(range(16)), 16, "pair")))
+    assert launch.typed_args() == (Buffer("x"), Buffer("y"), None, np.int32(7), np.float32(0.5),
+                                   ByValue(bytes(range(16)), 16, "pair"))
+    x, y = object(), object()
+    assert resolve_args(launch, {"x": x, "y": y})[:3] == [x, y, None]
+    with pytest.raises(LaunchInvalid, match=r"names buffer 'z'"):
+        resolve_args(Launch("k", (1, 1, 1), (1, 1, 1), (Buffer("z"),)), {"x": x})
+
+
+@pytest.mark.parametrize("bad", [7, 0.5, np.array([1]), b"raw", np.datetime64("2020-01-01")])
+def test_untyped_arguments_are_refused_naming_the_index(bad):
+    with pytest.raises(ValueError, match=r"Launch.args\[1\]"):
+        Launch("k", (1, 1, 1), (1, 1, 1), ("x", bad)).typed_args()
+    with pytest.raises(LaunchInvalid, match=r"Launch.args\[1\]"):
+        resolve_args(Launch("k", (1, 1, 1), (1, 1, 1), ("x", bad)), {"x": object()})
+
+
+@pytest.mark.parametrize("kw, msg", [(dict(data=b""), "non-empty"), (dict(data=bytes(8), align=3), "power of two"),
+                                     (dict(data=bytes(8), align=256), "power of two"),
+                                     (dict(data=bytes(100), align=64), "multiple of its alignment")])
+def test_a_bad_blob_is_one_line(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        ByValue(**kw)
+    with pytest.raises(ValueError, match=r"Buffer needs"):
+        Buffer("")
+    assert kernel_arg(np.uint64(3)) == np.uint64(3) and "128 bytes" in repr(ByValue(bytes(128), 64, "tmap"))
+
+
+# -- packing ---------------------------------------------------------------------------------------
+def test_parameters_are_packed_at_their_alignment_with_their_bytes():
+    tmap = ByValue(bytes(range(128)), 64, "CUtensorMap")
+    args = [Dev(0x7F00_0000_1230), np.int32(-5), None, np.float32(1.5), np.int8(3), tmap, np.float64(2.0), Dev(0x10)]
+    p = dl.pack_params(args, pointer_of=lambda a: a.data.ptr)
+    offsets = [off for off, _ in p.layout]
+    assert offsets == [0, 8, 16, 24, 28, 64, 192, 200]      # each at a multiple of its alignment
+    want = [(0x7F00_0000_1230).to_bytes(8, "little"), np.int32(-5).tobytes(), bytes(8), np.float32(1.5).tobytes(),
+            b"\x03", bytes(range(128)), np.float64(2.0).tobytes(), (0x10).to_bytes(8, "little")]
+    for i, data in enumerate(want):
+        assert ctypes.string_at(p.address(i), len(data)) == data, i
+    assert p.address(5) % 64 == 0 and p.address(0) % 128 == 0     # the blob's host copy is aligned too
+    assert p.address(1) - p.address(0) == 8
+
+
+def test_an_empty_parameter_list_and_bad_values():
+    assert dl.pack_params([], pointer_of=int).layout == ()
+    with pytest.raises(ValueError, match="64-bit address"):
+        dl.pack_params([Dev(-1)], pointer_of=lambda a: a.data.ptr)
+    with pytest.raises(ValueError, match="not a kernel parameter"):
+        dl.param_bytes(np.datetime64("2020-01-01"), int)
+
+
+def test_launch_config_fills_grid_block_stream_and_the_cluster_attribute():
+    launch = Launch("k", (8, 2, 1), (128, 2, 1), (), shared_bytes=4096, cluster=(4, 1, 1))
+    cfg, attrs = dl.launch_config(launch, stream=0x1234, cluster=(4, 1, 1))
+    assert (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ) == (8, 2, 1, 128, 2, 1)
+    assert cfg.sharedMemBytes == 4096 and cfg.hStream == 0x1234 and cfg.numAttrs == 1
+    a = cfg.attrs[0]
+    assert a.id == dl.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION == 4
+    assert (a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z) == (4, 1, 1)
+    plain, _ = dl.launch_config(launch)
+    assert plain.numAttrs == 0 and not plain.attrs and not plain.hStream       # the legacy default stream
+
+
+def test_cluster_sizes_past_sixteen_are_refused():
+    assert dl.cluster_problem((16, 1, 1)) is None and dl.cluster_problem((2, 2, 2)) is None
+    assert "at most 16" in dl.cluster_problem((8, 2, 2))
+
+
+# -- against cuda.h and a stand-in libcuda ----------------------------------------------------------
+def _cuda_include() -> Path | None:
+    roots = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(str(Path(os.path.realpath(nvcc)).parent.parent))
+    return next((Path(r) / "include" for r in roots if r and (Path(r) / "include" / "cuda.h").is_file()), None)
+
+
+STANDIN = r"""
+#include <cuda.h>
+#include <string.h>
+static CUlaunchConfig g_cfg; static CUlaunchAttribute g_attr; static CUfunction g_f;
+static unsigned char g_params[4096]; static int g_sizes[64]; static int g_n;
+void standin_sizes(int n, const int* sizes) { g_n = n; memcpy(g_sizes, sizes, sizeof(int) * n); }
+CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+    int off = 0;
+    g_cfg = *c; g_f = f;
+    if (c->numAttrs) g_attr = c->attrs[0];
+    for (int i = 0; i < g_n; i++) { memcpy(g_params + off, params[i], g_sizes[i]); off += g_sizes[i]; }
+    return extra ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+const unsigned char* standin_params(void) { return g_params; }
+unsigned long long standin_f(void) { return (unsigned long long)(size_t)g_f; }
+unsigned int standin_cluster(int i) { return i == 0 ? g_attr.value.clusterDim.x : i == 1 ? g_attr.value.clusterDim.y : g_attr.value.clusterDim.z; }
+unsigned int standin_attr_id(void) { return (unsigned)g_attr.id; }
+unsigned int standin_num_attrs(void) { return g_cfg.numAttrs; }
+unsigned int standin_dim(int i) { unsigned int d[7] = {g_cfg.gridDimX, g_cfg.gridDimY, g_cfg.gridDimZ, g_cfg.blockDimX,
+                                                       g_cfg.blockDimY, g_cfg.blockDimZ, g_cfg.sharedMemBytes}; return d[i]; }
+unsigned long long standin_stream(void) { return (unsigned long long)(size_t)g_cfg.hStream; }
+unsigned long standin_layout(int i) {
+    unsigned long v[6] = {sizeof(CUlaunchConfig), offsetof(CUlaunchConfig, hStream), offsetof(CUlaunchConfig, attrs),
+                          offsetof(CUlaunchConfig, numAttrs), sizeof(CUlaunchAttribute), offsetof(CUlaunchAttribute, value)};
+    return v[i];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    inc, cc = _cuda_include(), shutil.which("gcc") or shutil.which("cc")
+    if inc is None or cc is None:
+        pytest.skip("needs cuda.h (a CUDA toolkit) and a host C compiler")
+    d = tmp_path_factory.mktemp("standin")
+    (d / "standin.c").write_text(STANDIN)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", f"-I{inc}", "-include", "stddef.h", "-o", str(d / "libstandin.so"),
+                    str(d / "standin.c")], check=True, capture_output=True, timeout=120)
+    lib = ctypes.CDLL(str(d / "libstandin.so"))
+    for name, res in (("standin_params", ctypes.c_void_p), ("standin_f", ctypes.c_ulonglong),
+                      ("standin_stream", ctypes.c_ulonglong), ("standin_layout", ctypes.c_ulong)):
+        getattr(lib, name).restype = res
+    return d / "libstandin.so", lib
+
+
+def test_the_structures_match_cuda_h(standin):
+    _, lib = standin
+    got = [lib.standin_layout(i) for i in range(6)]
+    want = [ctypes.sizeof(dl.CUlaunchConfig), dl.CUlaunchConfig.hStream.offset, dl.CUlaunchConfig.attrs.offset,
+            dl.CUlaunchConfig.numAttrs.offset, ctypes.sizeof(dl.CUlaunchAttribute), dl.CUlaunchAttribute.value.offset]
+    assert got == want
+
+
+def test_a_launch_reaches_the_driver_with_its_cluster_and_parameters(standin):
+    path, lib = standin
+    args = [Dev(0xABCD_EF00), None, np.int32(9), ByValue(bytes(range(64)), 64), np.float32(-2.25)]
+    sizes = (ctypes.c_int * 5)(8, 8, 4, 64, 4)
+    lib.standin_sizes(5, sizes)
+    launch = Launch("k", (12, 1, 1), (256, 1, 1), (), shared_bytes=1024, cluster=(4, 1, 1))
+    status = dl.DriverLauncher(str(path)).launch(0xF00D, launch, args, pointer_of=lambda a: a.data.ptr,
+                                                 stream=0x77, cluster=(4, 1, 1))
+    assert status == 0
+    assert [lib.standin_dim(i) for i in range(7)] == [12, 1, 1, 256, 1, 1, 1024]
+    assert lib.standin_stream() == 0x77 and lib.standin_f() == 0xF00D
+    assert lib.standin_num_attrs() == 1 and lib.standin_attr_id() == 4
+    assert [lib.standin_cluster(i) for i in range(3)] == [4, 1, 1]
+    got = ctypes.string_at(lib.standin_params(), 88)
+    assert got == ((0xABCD_EF00).to_bytes(8, "little") + bytes(8) + np.int32(9).tobytes() + bytes(range(64))
+                   + np.float32(-2.25).tobytes())
+    lib.standin_sizes(0, sizes)
+    plain = dl.DriverLauncher(str(path)).launch(1, Launch("k", (1, 1, 1), (1, 1, 1), ()), [], pointer_of=int)
+    assert plain == 0 and lib.standin_num_attrs() == 0 and lib.standin_stream() == 0

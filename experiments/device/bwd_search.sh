@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The RMSNorm backward on the H200 in back-to-back calls (the machine stays warm 30 s between
+# them, and /root/work, /root/q and /root/tx live as long as it does):
+#   STEP=a [.whl .peers/RMSNorm-H100 .peers/int21_ext.tgz .snap .whlq1]: INT21 restored (or built),
+#          the family's GPU tests, where the judge's CHECK time goes, the search started (SEARCH_S)
+#   STEP=b [.whlq2]: the search resumed for SEARCH_S more seconds
+#   STEP=c [.whlq3]: QuACK installed; the run dumped, its dispatch table, and the final table of
+#          that table beside every baseline (INT21, QuACK, Liger, torch, the add roofline; TABLE_S)
+# The three QuACK parts (.whlq1-3: the cutlass-dsl cu13 wheel split in three, `split -n 3 -d -a 2`)
+# travel one per call: a call carries at most 64 MiB with the working tree.
+# .snap is `git archive HEAD` without results/ (made here before the calls): the device runs the
+# committed tree while helpers edit the working one. The run lives in /root/work/runs.
+set -o pipefail
+. experiments/device/device_lib.sh
+device_start >/dev/null || exit 1
+. experiments/device/peers_build.sh > "$OUT/int21.log" 2>&1; tail -1 "$OUT/int21.log"
+export EVO_INT21_ROOT=$PWD/.peers/RMSNorm-H100
+cd "${SNAP:-.snap}" || exit 1
+device_pythonpath
+mkdir -p /root/work/runs
+CONFIG=${CONFIG:-experiments/rmsnorm_bwd_h200.toml}
+case "${STEP:-a}" in
+a)
+    timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_rmsnorm_bwd_gpu.py -s \
+        -k bf16 > "$OUT/bwd_gpu.log" 2>&1
+    echo "backward GPU tests rc=$?"; grep -E "passed|failed|TB/s|Error" "$OUT/bwd_gpu.log" | cut -c1-300 | tail -30
+    timeout "${PROFILE_S:-100}" python3 experiments/scripts/profile_judge.py --reps 20 --check-per-case \
+        > "$OUT/profile.txt" 2>&1
+    grep -E "^CHECK|^check cases" "$OUT/profile.txt"
+    timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli run "$CONFIG" --quiet --runs-dir /root/work/runs \
+        > "$OUT/search_a.log" 2>&1
+    tail -3 "$OUT/search_a.log"
+    ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir ;;
+b)
+    timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir)" --quiet \
+        > "$OUT/search_b.log" 2>&1
+    tail -3 "$OUT/search_b.log" ;;
+c)
+    cd .. && install_quack && cd "${SNAP:-.snap}" || exit 1
+    RUN=$(cat /root/work/bwd_run_dir)
+    python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_h200_run.json.gz"
+    python3 -m evo.cli dispatch "$RUN" --out "$OUT/rmsnorm_bwd_dispatch.json" | tail -30
+    timeout "$((${TABLE_S:-400} + 120))" python3 -m evo.cli table "$RUN" --max-s "${TABLE_S:-400}" \
+        --out "$OUT/rmsnorm_bwd_h200" > "$OUT/table.log" 2>&1
+    echo "table rc=$?"; tail -45 "$OUT/rmsnorm_bwd_h200.md" ;;
+esac
+python3 -m evo.cli status "$(cat /root/work/bwd_run_dir)" 2>/dev/null | tail -12

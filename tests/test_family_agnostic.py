@@ -63,22 +63,23 @@ def test_there_is_a_family_to_check_against():
     assert evo_modules()
 
 
-@pytest.mark.parametrize("path", evo_modules(), ids=lambda p: str(p.relative_to(REPO)))
-def test_evo_imports_no_family_code(path):
-    tree = ast.parse(path.read_text(), str(path))
+def import_violations(text: str, families: list[str]) -> list[str]:
+    """Where a module's code reaches a family's code by name: imports of kernels.* or
+    genomes.<family>, string paths into kernels/<name>, or import_sibling (kernels/ by path)."""
+    tree = ast.parse(text)
     bad = [m for m in _imported(tree)
-           if m.startswith("kernels") or any(m == f"genomes.{f}" or m.startswith(f"genomes.{f}.") for f in FAMILIES)]
+           if m.startswith("kernels") or m.endswith(".import_sibling")
+           or any(m == f"genomes.{f}" or m.startswith(f"genomes.{f}.") for f in families)]
     bad += [f"line {ln}: {s!r}" for ln, s in _strings(tree)
             if re.search(r"kernels[/\\.](?!<)\w", s) or "import_sibling" in s]
     bad += [f"line {n.lineno}: import_sibling" for n in ast.walk(tree)
             if isinstance(n, ast.Name) and n.id == "import_sibling"]
-    assert not bad, f"{path.relative_to(REPO)} reaches a family's code by name: {bad}"
+    return bad
 
 
-@pytest.mark.parametrize("path", evo_modules(), ids=lambda p: str(p.relative_to(REPO)))
-def test_evo_names_no_family_dtype_or_key_field(path):
-    text = path.read_text()
-    words = family_words()
+def literal_violations(text: str, words: list[str]) -> list[str]:
+    """Family names (any case, at a word start), dtype names, a family's key fields as string
+    literals, and attributes named after them."""
     hits = []
     for ln, line in enumerate(text.splitlines(), 1):
         for w in words:
@@ -87,11 +88,44 @@ def test_evo_names_no_family_dtype_or_key_field(path):
         for w in DTYPE_WORDS:
             if re.search(rf"(?<![A-Za-z0-9_]){w}(?![A-Za-z0-9_])", line):
                 hits.append(f"line {ln}: dtype {w!r}")
-    tree = ast.parse(text, str(path))
+    tree = ast.parse(text)
     for ln, s in _strings(tree):
         if s in KEY_LITERALS:
             hits.append(f"line {ln}: key field literal {s!r}")
-    for node in ast.walk(tree):                  # attribute names of a family's key: e.dtype, e.n_min
+    for node in ast.walk(tree):                  # attribute names of a family's key: e.n_min, e.dtype_pairs()
         if isinstance(node, ast.Attribute) and node.attr in ("n_min", "n_max", "weight_dtype", "dtype_pairs"):
             hits.append(f"line {node.lineno}: attribute .{node.attr}")
+    return hits
+
+
+@pytest.mark.parametrize("path", evo_modules(), ids=lambda p: str(p.relative_to(REPO)))
+def test_evo_imports_no_family_code(path):
+    bad = import_violations(path.read_text(), FAMILIES)
+    assert not bad, f"{path.relative_to(REPO)} reaches a family's code by name: {bad}"
+
+
+@pytest.mark.parametrize("path", evo_modules(), ids=lambda p: str(p.relative_to(REPO)))
+def test_evo_names_no_family_dtype_or_key_field(path):
+    hits = literal_violations(path.read_text(), family_words())
     assert not hits, f"{path.relative_to(REPO)} names a family, a dtype or a family's key: " + "; ".join(hits)
+
+
+@pytest.mark.parametrize("code", [
+    "import genomes.{f}", "from genomes.{f} import SPACE", "from genomes import {f}",
+    "import kernels.{f}.family", "x = load('kernels/{f}/family.py')", "from fitness.family import import_sibling",
+])
+def test_the_import_check_catches_a_family_import(code):
+    f = FAMILIES[0]
+    assert import_violations(code.format(f=f), FAMILIES), code
+    assert not import_violations("from fitness.family import load_family\nfam = load_family(name)", FAMILIES)
+
+
+@pytest.mark.parametrize("code", [
+    'x = "{f}"', "# the {F} family", 'c = params["N"]', "d = row['dtype']", 'e = {{"n_min": 1}}', "t = 'fp32'",
+    "w = e.n_max", "p = fam.dtype_pairs()", "b = torch.bfloat16",
+])
+def test_the_literal_check_catches_a_family_key_or_dtype(code):
+    f = FAMILIES[0]
+    assert literal_violations(code.format(f=f, F=f.upper()), family_words()), code
+    assert not literal_violations('n = len(rows)  # widths, a numpy dtype, the Nth case\nkey = keys.point(p)',
+                                  family_words())

@@ -89,7 +89,10 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run_args(sub.add_parser("run", help="start a run from a config"))
     r = sub.add_parser("resume", help="continue a run that was stopped or killed")
-    r.add_argument("run_dir", help="the run directory `evo run` made (runs/<name>-<time>-<id>)")
+    r.add_argument("run_dir", help="the run directory `evo run` made (runs/<name>-<time>-<id>), or the run's store "
+                                   "URL#RUN_ID to resume on another host a run whose store it reaches (PostgreSQL)")
+    r.add_argument("--runs-dir", default="runs", help="with URL#RUN_ID: where this host makes the run's directory "
+                                                      "(default: runs)")
     _add_quiet_report(r)
     s = sub.add_parser("status", help="what a run has found so far (safe while it runs)")
     _add_run_source(s)
@@ -188,9 +191,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "run":
             return _cmd_run(args)
         if args.command == "resume":
+            from evo.rundir import adopt_run_dir
             from evo.session import resume_run
 
-            return resume_run(args.run_dir, quiet=args.quiet, report=not args.no_report)
+            run_dir = adopt_run_dir(args.run_dir, args.runs_dir) if "://" in args.run_dir else args.run_dir
+            return resume_run(run_dir, quiet=args.quiet, report=not args.no_report)
         if args.command == "status":
             from evo.session import print_status
 

@@ -26,7 +26,7 @@ from fitness.replay import NotRecorded
 from genomes import GeneSpace, Genome
 from operators import Candidate
 from evo.config import Config
-from evo.store import Record, RunInfo, Store, best_record
+from evo.store import DuplicateRecord, Record, RunInfo, Store, best_record
 from evo.strategies.base import Strategy
 from evo.strategies.ga import GeneticAlgorithm
 from evo.strategies.grid import GridSearch
@@ -113,6 +113,7 @@ class Run:
         self.best_value: float | None = None     # best metric among the answered
         self.history: list[tuple[Candidate, Evaluation]] = []
         self.new_evaluations = 0
+        self.duplicates_dropped = 0      # verdicts another driver of the run had recorded first
         self.idle_rounds = 0
         self._session_start = time.time()
         self._elapsed_before = store.get_run(run_id).elapsed_s
@@ -219,8 +220,19 @@ class Run:
         return out
 
     def _record(self, stage: Stage, c: Candidate, ev: Evaluation) -> Record:
-        rec = self.store.append(Record(self.run_id, ev, generation=stage.strategy.generation,
-                                       stage=stage.strategy.name, operator=c.operator, parents=c.parents))
+        try:
+            rec = self.store.append(Record(self.run_id, ev, generation=stage.strategy.generation,
+                                           stage=stage.strategy.name, operator=c.operator, parents=c.parents))
+        except DuplicateRecord:
+            # another driver of this run (one resumed on another host while this one still ran)
+            # recorded the genome first: its record stands and answers here too, so the
+            # evaluation is recorded once and both drivers go on with the same verdict
+            rec = self.store.get_record(self.run_id, c.key)
+            assert rec is not None
+            self.recorded[c.key] = rec
+            self.duplicates_dropped += 1
+            self._answer(c, rec.evaluation)
+            return rec
         self.recorded[c.key] = rec
         self._answer(c, ev)
         self.new_evaluations += 1

@@ -57,7 +57,44 @@ def create_run_dir(cfg: Config, runs_dir: str | Path | None = None) -> RunDir:
             "config_source": str(Path(cfg.source).resolve()) if cfg.source else "",
             "created_at": time.time()}
     (path / "run.json").write_text(json.dumps(meta, indent=2))
-    return RunDir(path, run_id, store_url, cfg)
+    # the run goes on with the resolved config (the one run.json keeps), which the store records too:
+    # a host that resumes the run from the store alone (adopt_run_dir) finds absolute paths
+    return RunDir(path, run_id, store_url, from_dict(meta["config"], source=cfg.source))
+
+
+def adopt_run_dir(source: str, runs_dir: str | Path = "runs") -> Path:
+    """A run directory on this host for a run another host started, from its store alone
+    (`evo resume URL#RUN_ID`): runs/<run id>/run.json with the store's URL and the config the store
+    recorded, made once and reused. With a store every host reaches (PostgreSQL) and the config's
+    files on a path every host sees, the run, its Optuna studies included, resumes here."""
+    from evo.store import RunNotFound, open_store
+
+    url, _, run_id = source.partition("#")
+    if not run_id:
+        raise ConfigError([f"{source!r} names a store but no run; write URL#RUN_ID (`evo status URL` lists none: "
+                           f"the run ids are in the URL#RUN_ID that `evo status` of the run directory prints)"], source)
+    store = open_store(url)
+    try:
+        info = store.get_run(run_id)
+    except RunNotFound:
+        raise ConfigError([f"the store has no run {run_id!r}"], url) from None
+    finally:
+        store.close()
+    path = Path(runs_dir) / run_id
+    meta_path = path / "run.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("run_id") != run_id or meta.get("store_url") != url:
+            raise ConfigError([f"{path} holds another run ({meta.get('run_id')!r} in {meta.get('store_url')!r}); "
+                               f"pass --runs-dir elsewhere"], str(path))
+        return path
+    config = _without_nulls(info.config)
+    from_dict(config)                           # the recorded config must still be valid here
+    path.mkdir(parents=True, exist_ok=True)
+    meta = {"run_id": run_id, "store_url": url, "config": config, "config_source": "",
+            "created_at": info.created_at, "adopted_at": time.time()}
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return path
 
 
 def open_run_dir(path: str | Path) -> RunDir:
@@ -68,3 +105,10 @@ def open_run_dir(path: str | Path) -> RunDir:
     meta = json.loads(meta_path.read_text())
     cfg = from_dict(meta["config"], source=meta.get("config_source", ""))
     return RunDir(path, meta["run_id"], meta["store_url"], cfg)
+
+
+def _without_nulls(config: dict) -> dict:
+    """The store keeps configs as strict JSON, where a non-finite number (budget.target = inf, the
+    default) becomes null; TOML has no null, so a null is always such a number: leave it out and
+    the field's default (inf) comes back."""
+    return {k: _without_nulls(v) if isinstance(v, dict) else v for k, v in config.items() if v is not None}

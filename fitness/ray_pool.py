@@ -273,6 +273,8 @@ class RayPool(Pool):
         if self._closed:
             return
         self._closed = True
+        if not self._slots and not self._connected_here:
+            return                                    # never joined a cluster: nothing to stop
         ray = require_ray()
         if ray.is_initialized():
             for s in self._slots:

@@ -78,3 +78,24 @@ def test_the_committed_results_come_from_the_chaos_command():
     assert data["lost"] == 0 and data["duplicated"] == 0 and data["retried"] >= 1
     assert data["identical_to_undisturbed"] and "ray_scaling.py chaos" in data["commands"]["chaos"]
     assert (data["scaling_2gpu"] is None) == bool(data["scaling_2gpu_why_null"])
+
+
+def test_the_device_measurement_judges_the_recorded_searchs_genomes_and_compares_two_files():
+    """What experiments/device/ray_pool_h200.sh's calls feed on, checked without the GPU."""
+    from genomes import load_space
+
+    space = load_space("rmsnorm")
+    genomes = ray_scaling.device_genomes(space, 4)
+    assert len(genomes) == 4 == len({g.key for g in genomes})
+    assert all(g["inf_safe"] == (g["rsqrt"] == "newton") for g in genomes)
+
+    def measured(pool, wall, times):
+        rows = [{"key": g.key, "status": "OK", "geomean_speedup": 1.2,
+                 "cases": {"a": [t, 0.5], "b": [10.0, 0.1]}} for g, t in zip(genomes, times)]
+        return {"pool": pool, "gpus": 1, "wall_s": wall, "candidates": 4, "rows": rows,
+                "candidates_per_gpu_minute": 4 / (wall / 60)}
+
+    cmp = ray_scaling.side_by_side(measured("local", 60.0, [5.0] * 4), measured("ray", 62.0, [5.2, 6.5, 5.0, 3.0]))
+    assert cmp["candidates_per_gpu_minute_ratio"] == pytest.approx(60 / 62)
+    assert cmp["same_status"] == "4/4" and cmp["cases_within_spreads"] == "6/8"
+    assert cmp["geomean_speedup_ratio_median"] == pytest.approx(1.0)

@@ -55,7 +55,7 @@ def build_compiler(cfg: Config) -> Any:
         return None
     from fitness.ray_compile import ClusterCompiler
 
-    return ClusterCompiler(cfg.evaluator.cache_dir, arch=cfg.target.arch)
+    return ClusterCompiler(cfg.evaluator.cache_dir, arch=cfg.target.arch, address=cfg.evaluator.ray_address)
 
 
 def pooled_replay(cfg: Config, space: GeneSpace, table: str) -> Any:

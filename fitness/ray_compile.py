@@ -51,9 +51,10 @@ class ClusterCompiler:
     `toolkit` and cache hits come from a local Compiler on the driver's cache (built at first use,
     so a driver is built without nvcc until it compiles)."""
 
-    def __init__(self, cache_dir: str | os.PathLike, arch: str = "sm_90a", *, timeout_s: float = 180,
-                 local: Compiler | None = None):
+    def __init__(self, cache_dir: str | os.PathLike, arch: str = "sm_90a", *, address: str = "",
+                 timeout_s: float = 180, local: Compiler | None = None):
         self.cache_dir = Path(cache_dir).resolve()
+        self.address = address          # the cluster to join if this process has not yet (the pool's)
         self.arch = arch
         self.timeout_s = float(timeout_s)
         self._local = local
@@ -95,7 +96,7 @@ class ClusterCompiler:
                 todo.append(k)
         if todo:
             ray = require_ray()
-            connect()
+            connect(self.address)
             task = ray.remote(compile_on_node).options(num_cpus=1)
             refs = {k: task.remote(str(self.cache_dir), self.arch, self.timeout_s, k, *unique[k]) for k in todo}
             for k, ref in refs.items():

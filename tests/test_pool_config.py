@@ -70,7 +70,7 @@ def test_build_evaluator_puts_the_gpu_judge_and_a_replay_on_the_ray_pool(synthet
                       evaluator={"kind": "gpu", "pool": "ray", "gpus": 3, "ray_retries": 5, "timeout_s": 90.0})
     judge = build_evaluator(cfg, load_space("rmsnorm"))
     assert isinstance(judge, GPUEvaluator) and isinstance(judge._pool, RayPool)
-    assert isinstance(judge._compiler, ClusterCompiler) and judge.batch_size == 12
+    assert isinstance(judge._compiler, ClusterCompiler) and judge.batch_size == 12 and judge._compiler.address == ""
     assert (judge._pool.max_retries, judge._pool.timeout_s, judge._pool.gpus) == (5, 90.0, 3)
     judge.close()
 

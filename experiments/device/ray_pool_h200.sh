@@ -14,9 +14,10 @@
 #
 # Then, here: python experiments/scripts/ray_scaling.py merge --device FILES_AT/ray_h200.json
 # (and ray_2gpu.json), which fills single_h200 (scaling_2gpu) in results/ray_scaling.json/.md.
-# Wheels: bash /work/shared/tools/wheelhouse.sh with SPLIT_MB=40 made .whlr/ and .whlr-part1/2/
-# (git-ignored): `SPLIT_MB=40 bash /work/shared/tools/wheelhouse.sh .whlr ray==2.60.0 jsonschema
-# referencing jsonschema-specifications rpds-py`.
+# Wheels (git-ignored, for CPython 3.12): `SPLIT_MB=80 bash /work/shared/tools/wheelhouse.sh .whlr
+# ray==2.60.0 jsonschema referencing jsonschema-specifications rpds-py`, then the Ray wheel cut in two
+# (38 MiB + 37.6 MiB, so that call A's .whl + .whlr-part1 + the tree stay under 64 MiB):
+# `split -b 38M -d .whlr/ray-*.whl W.part` and .part00 into .whlr-part1/, .part01 into .whlr-part2/.
 set -o pipefail
 . experiments/device/device_lib.sh
 STEP=${STEP:-A}

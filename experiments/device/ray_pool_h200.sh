@@ -17,7 +17,8 @@
 # Wheels (git-ignored, for CPython 3.12): `SPLIT_MB=80 bash /work/shared/tools/wheelhouse.sh .whlr
 # ray==2.60.0 jsonschema referencing jsonschema-specifications rpds-py`, then the Ray wheel cut in two
 # (38 MiB + 37.6 MiB, so that call A's .whl + .whlr-part1 + the tree stay under 64 MiB):
-# `split -b 38M -d .whlr/ray-*.whl W.part` and .part00 into .whlr-part1/, .part01 into .whlr-part2/.
+# `split -b 38M -d W W.part` (W: the wheel file name, kept in the parts) and W.part00 into
+# .whlr-part1/, W.part01 into .whlr-part2/ (the wheel itself out of .whlr/).
 set -o pipefail
 . experiments/device/device_lib.sh
 STEP=${STEP:-A}

@@ -1,0 +1,69 @@
+"""Where the RMSNorm backward's time goes, case by case: a few genomes through the real GPU judge
+(CHECK, then BENCH beside INT21's backward, torch and the add roofline) on one dtype's benchmark
+matrix, each case's time printed beside the peers' and the roofline's. A probe for the template's
+author between searches, not a result table (`evo table` makes that).
+
+    python3 experiments/device/bwd_probe.py --dtype bf16 [--genome JSON ...] [--random 4] --out $OUT/probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--matrix", default="quack")
+    ap.add_argument("--genome", action="append", default=[], help="a genome as JSON (repeatable)")
+    ap.add_argument("--random", type=int, default=2, help="seeded random genomes besides DEFAULT and the extremes")
+    ap.add_argument("--baselines", default="int21,torch,roofline")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+
+    from fitness.family import load_family
+    from fitness.gpu_evaluator import GPUEvaluator
+    from genomes import load_space
+
+    base = load_family("rmsnorm_bwd")
+    family = type(base)(dtypes=(args.dtype,))
+    fam = sys.modules["_kernels_rmsnorm_bwd_family"]
+    space = load_space("rmsnorm_bwd")
+    genomes = fam.sample_genomes(args.random) + [space.make(json.loads(g)) for g in args.genome]
+    baselines = [b for b in args.baselines.split(",") if b]
+    out: dict = {"dtype": args.dtype, "matrix": args.matrix, "genomes": {}}
+    t0 = time.time()
+    with GPUEvaluator(family, space, matrix=f"{args.matrix}:{args.dtype}", baseline=baselines[0],
+                      baselines=baselines, workers=None, timeout_s=600,
+                      cache_dir=ROOT / ".cache" / "evo-compile") as ev:
+        for g, e in zip(genomes, ev.evaluate_in_full(genomes)):
+            rows = {}
+            print(f"== {g.key[:8]} {e.status.value} {e.message[:160]}")
+            print("   " + json.dumps(dict(g.as_dict()), sort_keys=True))
+            for c in e.cases:
+                b = dict(c.baselines_us or {})
+                rows[c.case] = {"status": c.status.value, "us": c.time_us, "tbps": c.tbps, **{f"{k}_us": v for k, v in b.items()}}
+                if c.time_us:
+                    peer = b.get(baselines[0])
+                    roof = b.get("roofline")
+                    print(f"   {c.case:22s} {c.time_us:9.1f} us {c.tbps or 0:5.2f} TB/s | {baselines[0]} "
+                          f"{peer or 0:9.1f} ({(peer or 0) / c.time_us:5.2f}x) | roofline {roof or 0:9.1f} "
+                          f"({(roof or 0) / c.time_us:4.2f})")
+                else:
+                    print(f"   {c.case:22s} {c.status.value} {c.message[:120]}")
+            out["genomes"][g.key] = {"genome": dict(g.as_dict()), "status": e.status.value, "cases": rows}
+            if args.out:
+                Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"{len(genomes)} genomes in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

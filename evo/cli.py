@@ -12,6 +12,8 @@
     evo ab RUN --out PREFIX --cases IDS --pairs A:B,...   # GPU: same-process A/B of genome pairs
     evo transcript RUN --out FILE.json        # the run's LLM exchanges, for [operators.llm] replay
     evo operators-study RECORDING... --out PREFIX   # guided vs plain mutation on recorded verdicts
+    evo lessons build|show|export ...          # lessons per family, space version, GPU architecture, shape class
+    evo slice plan|export-kt|race|warm-start ...   # a densely recorded slice and the searches raced on it
 
 Bad input ends with one line per problem and exit code 2, never a traceback; a machine that cannot
 judge (no GPU, no nvcc) exits 3. Ctrl-C (or SIGTERM) stops cleanly after recording everything
@@ -158,6 +160,9 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--max-distance", type=int, default=3, help="a child differs from its parent in at most this "
                     "many genes (both operators)")
     st.add_argument("--rules", default="", help="guided rules file (default: the family's latest)")
+    from evo.lessons_cli import add_parsers as add_lessons_and_slice
+
+    add_lessons_and_slice(sub)        # evo lessons build|show|export, evo slice plan|export-kt|race|warm-start
     return ap
 
 
@@ -221,6 +226,10 @@ def _main(argv: Sequence[str] | None) -> int:
             from evo.proposers import write_run_transcript
 
             return write_run_transcript(args.run, args.out, run_id=args.run_id)
+        if args.command in ("lessons", "slice"):
+            from evo.lessons_cli import main as lessons_main
+
+            return lessons_main(args)
         if args.command == "operators-study":
             from evo.operator_study import main as operators_study
 

@@ -117,6 +117,8 @@ class LessonsSection:
     screen: bool = _f(True, doc="the lessons' recorded evaluations train the GA's screening model "
                                 "(search.ga.screen > 1)")
     prompt: bool = _f(True, doc="quote the lessons in the LLM prompt's lessons slot")
+    region: bool = _f(True, doc="draw the first population's random genomes with the genes every used lesson "
+                                "agrees on at their best value (unless search.init_within is set)")
     transfer: bool = _f(True, doc="use lessons of the same family/version/architecture but other shape classes "
                                   "(after the run's own; logged as a transfer)")
 

@@ -189,6 +189,9 @@ def carried_evaluations(cfg: Config, space: GeneSpace,
 
 log = logging.getLogger("evo.lessons")
 
+#: a gene "matters" to a lesson when its values' effects span at least this much (agreed_region)
+AGREED_SPAN = 0.02
+
 
 @dataclass(frozen=True)
 class RunKey:
@@ -301,11 +304,13 @@ class RunLessons:
         return out
 
     def prior(self, space: GeneSpace) -> list[tuple[Genome, float | None]]:
-        """(genome, fitness) of every recorded sample of the run's own-class lessons (those of the
-        transferred classes when it has none), for the GA's screen: a genome's fitness is the
-        geomean of its class fitnesses (None when it failed or is missing in one)."""
+        """(genome, fitness) of every recorded sample of the run's own-class lessons, for the GA's
+        screen: a genome's fitness is the geomean of its class fitnesses (None when it failed or is
+        missing in one). Transferred classes give none: their fitness is another objective, and
+        on the synthetic slice a screen trained on it steered a warm run away from its own
+        class's optimum (4 of 5 seeds never reached the cold run's best; without it they did)."""
         by_key: dict[str, tuple[dict, list[float | None]]] = {}
-        chosen = self._own_first()
+        chosen = [x for x, how in self.used if how == "own"]
         for x in chosen:
             for key, genome, fitness in x.payload.get("samples") or []:
                 by_key.setdefault(key, (genome, []))[1].append(fitness)
@@ -316,6 +321,30 @@ class RunLessons:
             ok = len(fits) == len(chosen) and all(f is not None and f > 0 for f in fits)
             out.append((space.make(genome), geomean([float(f) for f in fits]) if ok else None))
         return out
+
+    def agreed_region(self, space: GeneSpace, min_span: float = AGREED_SPAN) -> dict[str, list[Any]]:
+        """gene -> [value] for the genes on whose best value every used lesson agrees, where
+        choosing the gene matters in each (its values' effects span at least `min_span`): what
+        holds across shape classes (e.g. wide vectors, the .nc path) while the geometry differs.
+        The first population's random genomes are drawn with these genes at that value
+        (search.init_within, unless the config sets its own); mutation still explores them."""
+        best: list[dict[str, Any]] = []
+        for x, _ in self.used:
+            eff: dict[str, tuple[float, Any]] = {}
+            for e in x.payload.get("effects") or []:
+                if e["gene"] not in eff or e["effect"] > eff[e["gene"]][0]:
+                    eff[e["gene"]] = (e["effect"], e["value"])
+            spans = x.payload.get("effect_spans") or {}
+            best.append({g: v for g, (_, v) in eff.items() if spans.get(g, 0.0) >= min_span})
+        if len(best) < 1:
+            return {}
+        agreed = {g: v for g, v in best[0].items() if all(b.get(g, object()) == v for b in best[1:])}
+        region = {g: [v] for g, v in agreed.items() if g in space.names and space.gene(g).contains(v)}
+        try:
+            space.region(region)
+        except Exception:  # noqa: BLE001 - a region the space rejects is no lesson for it
+            return {}
+        return region
 
     def predicted_failure(self, genome: Mapping[str, Any]) -> str | None:
         """The failure signature a genome matches ("" never: None when it matches none)."""
@@ -401,11 +430,12 @@ def run_lessons(cfg: Config, evaluator: Any = None) -> RunLessons | None:
 
 def with_lessons(cfg: Config, space: GeneSpace, lessons: RunLessons | None, seeds: Sequence[Genome],
                  prior: Sequence[tuple[Genome, float | None]]):
-    """(seeds, prior, avoid) of a run with its lessons applied as `[search.lessons]` says: the
-    lessons' elites after the given seeds (within one population), their recorded samples after
-    the prior (when the GA screens), and the failure-signature filter (None: nothing skipped)."""
+    """(seeds, prior, avoid, init region) of a run with its lessons applied as `[search.lessons]`
+    says: the lessons' elites after the given seeds (within one population), their own-class
+    samples after the prior (when the GA screens), the failure-signature filter (None: nothing
+    skipped) and the genes they agree on for the first population (None: no region)."""
     if lessons is None:
-        return list(seeds), list(prior), None
+        return list(seeds), list(prior), None, None
     section = cfg.search.lessons
     room = cfg.search.ga.population * cfg.search.ga.islands - len(seeds)
     seeds = list(seeds) + lessons.seeds(space, min(section.seeds, max(0, room)), taken=seeds)
@@ -414,4 +444,9 @@ def with_lessons(cfg: Config, space: GeneSpace, lessons: RunLessons | None, seed
         known = {g.key for g, _ in prior}
         prior += [(g, f) for g, f in lessons.prior(space) if g.key not in known]
     avoid = lessons.predicted_failure if section.skip and lessons.failures.signatures else None
-    return seeds, prior, avoid
+    region = None
+    if section.region and not cfg.search.init_within and cfg.search.strategy == "ga":
+        region = lessons.agreed_region(space) or None
+        if region:
+            lessons.log.append(f"first population drawn within the genes the lessons agree on: {region}")
+    return seeds, prior, avoid, region

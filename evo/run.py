@@ -61,14 +61,16 @@ class RunSummary:
 def build_stages(cfg: Config, space: GeneSpace, rng: random.Random, *, storage_url: str | None,
                  run_id: str, seeds: Sequence[Genome] = (),
                  prior: Sequence[tuple[Genome, float | None]] = (),
-                 avoid: Callable[[Genome], str | None] | None = None) -> list[Stage]:
+                 avoid: Callable[[Genome], str | None] | None = None,
+                 init_within: Mapping[str, Sequence] | None = None) -> list[Stage]:
     """The run's strategies in order, each with its share of the evaluation budget."""
     metric = cfg.objective.metric
     opt = cfg.search.optuna
     main_budget = cfg.budget.evaluations - (opt.trials if opt.enabled else 0)
     if cfg.search.strategy == "ga":
         main: Strategy = GeneticAlgorithm(space, rng, metric, cfg.search.ga, seeds=seeds,
-                                            init_within=cfg.search.init_within, prior=prior, avoid=avoid)
+                                            init_within=init_within or cfg.search.init_within, prior=prior,
+                                            avoid=avoid)
     elif cfg.search.strategy == "grid":
         grid = cfg.search.grid
         main = GridSearch(space, grid.fixed, grid.vary, batch=grid.batch)
@@ -100,9 +102,9 @@ class Run:
         from evo.lessons import with_lessons
 
         self.lessons = lessons
-        seeds, prior, avoid = with_lessons(cfg, space, lessons, seeds, prior)
+        seeds, prior, avoid, region = with_lessons(cfg, space, lessons, seeds, prior)
         self.stages = build_stages(cfg, space, self.rng, storage_url=optuna_storage, run_id=run_id, seeds=seeds,
-                                   prior=prior, avoid=avoid)
+                                   prior=prior, avoid=avoid, init_within=region)
         self.stage_index = 0
         self.on_progress = on_progress
         # what this run already knows: resumed runs start with their recorded evaluations

@@ -46,6 +46,8 @@ MODEL_WIDTHS = (4096, 5120, 7168, 8192, 14336)
 MODEL_ROWS = (1, 128, 4096)
 MODEL_SHAPES: tuple[tuple[int, int], ...] = tuple((m, n) for n in MODEL_WIDTHS for m in MODEL_ROWS)
 SMOKE_SHAPES: tuple[tuple[int, int], ...] = ((1, 4096), (128, 5120), (199, 1000), (1024, 8192))
+#: one case per shape class (short, mid, long rows): the densely recorded slice (experiments/rmsnorm_fwd_slice_h200.toml)
+SLICE_SHAPES: tuple[tuple[int, int], ...] = ((32768, K), (32768, 16 * K), (8192, 256 * K))
 CHECK_ROWS = (1, 7, 199)
 CHECK_WIDTHS = (256, 520, 1000, 4104, 8200)          # multiples of 8, none a power of two but 256
 CHECK_RANGE_ROWS = 7
@@ -62,6 +64,7 @@ MATRICES: dict[str, tuple[tuple[int, int], ...]] = {
     "quack": QUACK_SHAPES,
     "models": MODEL_SHAPES,
     "smoke": SMOKE_SHAPES,
+    "slice": SLICE_SHAPES,
 }
 MATRIX_ALIASES = {"default": ("quack",), "all": ("quack", "models")}
 

@@ -1,0 +1,281 @@
+"""The race on a recorded slice: our strategies and Kernel Tuner's, same space, same budget.
+
+Every strategy searches the slice's sub-space with the slice's recorded verdicts as its judge (our
+Run through fitness.replay, Kernel Tuner in its simulation mode on `Slice.kt_cache()`), for the same
+number of unique evaluations, over `seeds` seeds each. A failed genome costs an evaluation on both
+sides: Kernel Tuner's space is every valid genome of the sub-space (the restriction it is given is
+"recorded in the slice", which the grid made equal to "valid"), not only the verified ones. What is
+compared is the number of evaluations until the best verified fitness reaches 99 % of the slice's
+optimum (median and quartiles over seeds; a seed that never gets there counts as beyond the
+budget), and the whole curve of best-so-far as a fraction of the optimum.
+
+Ours: "ga" (the GA as configured below), "random", "ga+screen" (children screened by the ridge
+model, screen = 4) and "ga+lessons" (ga+screen with lessons of an earlier recording: seeds, skipped
+predicted failures, the screen's prior). Kernel Tuner's: genetic_algorithm, bayes_opt,
+simulated_annealing, random_sample, and the best (lowest median) of the others run under the
+same rules. Kernel Tuner draws from Python's and numpy's global generators; each of its runs
+seeds both first (its choice, not ours: our runs use one seeded generator each).
+
+The warm start (`warm_start`): lessons built from the slice without one shape class, used by a run
+on that class alone (transfer), against the same run without them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from fitness.replay import ReplayEvaluator
+from evo.config import from_dict
+from evo.lessons import RunKey, RunLessons
+from evo.lesson_build import build_lessons
+from evo.run import Run, new_run_info
+from evo.slice import Slice
+from evo.store import open_store
+
+TARGET = 0.99
+OURS = ("ga", "random", "ga+screen", "ga+lessons")
+KT_NAMED = ("genetic_algorithm", "bayes_opt", "simulated_annealing", "random_sample")
+KT_REST = ("pso", "firefly_algorithm", "diff_evo", "mls", "greedy_ils", "greedy_mls", "ordered_greedy_mls",
+           "dual_annealing", "basinhopping")
+#: the GA every "ours" strategy but random uses (population and offspring sized for budgets of a
+#: few hundred evaluations, as tests/test_search_efficiency.py)
+GA = {"population": 16, "offspring": 16, "elites": 2, "tournament_size": 3}
+SCREEN = 4
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One search: the fitness of each unique evaluation in the order made (None: failed)."""
+
+    strategy: str
+    side: str           # "ours" | "kernel_tuner"
+    seed: int
+    values: tuple[float | None, ...]
+    seconds: float = 0.0
+
+
+def best_so_far(values: Sequence[float | None]) -> list[float | None]:
+    out, best = [], None
+    for v in values:
+        if v is not None and math.isfinite(v) and (best is None or v > best):
+            best = v
+        out.append(best)
+    return out
+
+
+def evals_to(values: Sequence[float | None], target: float) -> int | None:
+    """Evaluations made until the best verified fitness first reaches `target` (None: never)."""
+    for i, b in enumerate(best_so_far(values), 1):
+        if b is not None and b >= target - 1e-12:
+            return i
+    return None
+
+
+# -- our strategies ----------------------------------------------------------------------------
+
+def _config(sl: Slice, strategy: str, seed: int, budget: int, lessons: bool):
+    search: dict[str, Any] = {"strategy": "random" if strategy == "random" else "ga", "ga": dict(GA)}
+    if strategy in ("ga+screen", "ga+lessons"):
+        search["ga"]["screen"] = SCREEN
+    if lessons:
+        search["lessons"] = {"source": "given to the Run", "seeds": 8}
+    return from_dict({"experiment": {"name": "race", "family": sl.source.family,
+                                     "space_version": sl.source.space_version, "seed": seed},
+                      "target": {"arch": sl.source.arch},
+                      "objective": {"metric": sl.metric, "baseline": sl.source.baseline},
+                      "evaluator": {"kind": "replay", "replay": sl.source.label},
+                      "search": search, "budget": {"evaluations": budget, "stall_rounds": 10_000},
+                      "output": {"progress": False, "report": False}})
+
+
+def run_ours(sl: Slice, strategy: str, seed: int, budget: int, *, evaluations: Sequence[Any] | None = None,
+             lessons: RunLessons | None = None) -> Trace:
+    """One of our strategies on the slice (or on `evaluations`, e.g. one class of it), replayed."""
+    table = ReplayEvaluator(evaluations if evaluations is not None else sl.evaluations, source=sl.source.label)
+    cfg = _config(sl, strategy, seed, budget, lessons is not None)
+    store = open_store("memory://")
+    store.create_run(new_run_info(cfg, "race"))
+    start = time.time()
+    Run(cfg, sl.space, store, table, "race", lessons=lessons).optimize()
+    values = tuple(r.fitness(sl.metric) for r in store.records("race"))
+    return Trace(strategy, "ours", seed, values, time.time() - start)
+
+
+# -- Kernel Tuner ------------------------------------------------------------------------------
+
+def run_kernel_tuner(cache: dict[str, Any], cache_path: str, strategy: str, seed: int, budget: int) -> Trace:
+    """One Kernel Tuner strategy in simulation mode on a cache written by Slice.kt_cache()."""
+    import numpy as np
+    import kernel_tuner
+
+    params = cache["tune_params_keys"]
+    recorded = set(cache["cache"])
+    objective = cache["objective"]
+
+    def recorded_only(p: dict) -> bool:      # the slice's sub-space: every valid genome, and only those
+        return ",".join(str(p[n]) for n in params) in recorded
+
+    random.seed(seed)
+    np.random.seed(seed)
+    start = time.time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results, _ = kernel_tuner.tune_kernel(
+            cache["kernel_name"], "", tuple(cache["problem_size"]), [], cache["tune_params"], cache=cache_path,
+            simulation_mode=True, strategy=strategy, strategy_options={"max_fevals": budget},
+            objective=objective, objective_higher_is_better=True, restrictions=recorded_only, quiet=True,
+            verbose=False)
+    seen: dict[str, float | None] = {}
+    for r in results:
+        key = ",".join(str(r[n]) for n in params)
+        if key not in seen:
+            v = r.get(objective)
+            seen[key] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return Trace(f"kt:{strategy}", "kernel_tuner", seed, tuple(list(seen.values())[:budget]), time.time() - start)
+
+
+# -- summaries ---------------------------------------------------------------------------------
+
+def _quartiles(xs: Sequence[float]) -> dict[str, float | None]:
+    xs = sorted(xs)
+    if not xs:
+        return {"median": None, "q1": None, "q3": None}
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    fin = lambda v: v if math.isfinite(v) else None  # noqa: E731
+    return {"median": fin(statistics.median(xs)), "q1": fin(q[0]), "q3": fin(q[2])}
+
+
+def summarize(traces: Sequence[Trace], optimum: float, budget: int, points: int = 60) -> dict[str, Any]:
+    """Per strategy: evaluations to 99 % of the optimum (median, quartiles; seeds that never got
+    there count as beyond the budget), the final fraction, and the curve of best-so-far as a
+    fraction of the optimum at `points` evaluation counts (median and quartiles)."""
+    marks = sorted({max(1, round(budget * (i / points) ** 2)) for i in range(1, points + 1)} | {budget})
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(t.strategy for t in traces):
+        ts = [t for t in traces if t.strategy == name]
+        hits = [evals_to(t.values, TARGET * optimum) for t in ts]
+        curves = []
+        for t in ts:
+            b = best_so_far(t.values)
+            b = b + [b[-1] if b else None] * (budget - len(b))       # a strategy that stopped early keeps its best
+            curves.append([0.0 if v is None else v / optimum for v in b])
+        out[name] = {
+            "side": ts[0].side,
+            "evals_to_99": {**_quartiles([h if h is not None else math.inf for h in hits]),
+                            "reached": sum(h is not None for h in hits), "seeds": len(ts),
+                            "values": [h for h in hits]},
+            "final_fraction": _quartiles([c[-1] for c in curves]),
+            "mean_evaluations_made": statistics.mean(len(t.values) for t in ts),
+            "seconds": round(sum(t.seconds for t in ts), 2),
+            "curve": {"evals": marks,
+                      **{k: [_quartiles([c[m - 1] for c in curves])[k] for m in marks] for k in ("median", "q1", "q3")}},
+        }
+    return out
+
+
+def _best(summary: dict[str, Any], side: str) -> str | None:
+    names = [n for n, s in summary.items() if s["side"] == side]
+    key = lambda n: (summary[n]["evals_to_99"]["median"] is None, summary[n]["evals_to_99"]["median"] or 0,  # noqa: E731
+                     -summary[n]["evals_to_99"]["reached"], n)
+    return min(names, key=key) if names else None
+
+
+def race(sl: Slice, *, seeds: int = 20, budget: int | None = None, lessons: RunLessons | None = None,
+         lessons_label: str = "", kt_named: Sequence[str] = KT_NAMED, kt_rest: Sequence[str] = KT_REST,
+         progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """The whole race: results as search_efficiency.json holds them."""
+    size = len(sl.evaluations)
+    budget = budget or max(20, math.ceil(0.1 * size))
+    optimum = sl.optimum()
+    traces: list[Trace] = []
+    for name in OURS:
+        if name == "ga+lessons" and lessons is None:
+            progress("ga+lessons skipped: no lessons given")
+            continue
+        for s in range(seeds):
+            traces.append(run_ours(sl, name, s, budget, lessons=lessons if name == "ga+lessons" else None))
+        progress(f"ours {name}: {seeds} seeds")
+    cache = sl.kt_cache()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "slice_cache.json")
+        Path(path).write_text(json.dumps(cache))
+        for name in list(kt_named) + list(kt_rest):
+            for s in range(seeds):
+                traces.append(run_kernel_tuner(cache, path, name, s, budget))
+            progress(f"kernel tuner {name}: {seeds} seeds")
+    summary = summarize(traces, optimum, budget)
+    rest = [f"kt:{n}" for n in kt_rest]
+    best_rest = _best({n: summary[n] for n in rest}, "kernel_tuner") if rest else None
+    for n in rest:
+        if n != best_rest:
+            summary[n]["shown"] = False
+    ours, theirs = _best(summary, "ours"), _best(summary, "kernel_tuner")
+    ours_m = summary[ours]["evals_to_99"]["median"] if ours else None
+    kt_medians = [s["evals_to_99"]["median"] for n, s in summary.items() if s["side"] == "kernel_tuner"
+                  and s.get("shown", True)]
+    return {
+        "slice": sl.source.label, "family": sl.source.family, "space_version": sl.source.space_version,
+        "synthetic": bool(sl.evaluations and sl.evaluations[0].device == "synthetic"),
+        "space_size": size, "varied_genes": sl.varied, "optimum": optimum, "objective": sl.metric,
+        "budget": budget, "seeds": seeds, "target_fraction": TARGET,
+        "lessons": lessons_label or None,
+        "ours_best": ours, "ours_best_evals_to_99": ours_m,
+        "kernel_tuner_best": theirs,
+        "kernel_tuner_best_evals_to_99": summary[theirs]["evals_to_99"]["median"] if theirs else None,
+        "kernel_tuner_best_of_the_rest": best_rest,
+        "goal": {"ours_within_5_percent_of_space": ours_m is not None and ours_m <= 0.05 * size,
+                 "ours_fewer_than_every_kernel_tuner_strategy": ours_m is not None and all(
+                     m is None or ours_m < m for m in kt_medians)},
+        "strategies": summary,
+    }
+
+
+# -- the warm start ----------------------------------------------------------------------------
+
+def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None = None,
+               progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Lessons built from the slice without class `holdout` warm-start a run on that class."""
+    built = build_lessons([sl.source], exclude_classes=[holdout], seed=0)
+    if not built:
+        raise ValueError(f"slice {sl.source.label}: no lessons without class {holdout!r} (one class only?)")
+    key = RunKey(sl.source.family, sl.source.space_version, sl.source.arch, (holdout,))
+    lessons = RunLessons.select(built, key)
+    table = sl.for_class(holdout)
+    size = len(table)
+    budget = budget or max(20, math.ceil(0.1 * size))
+    cold, warm = [], []
+    for s in range(seeds):
+        cold.append(run_ours(sl, "ga+screen", s, budget, evaluations=table))
+        warm.append(run_ours(sl, "ga+lessons", s, budget, evaluations=table, lessons=lessons))
+    progress(f"warm start on {holdout}: {seeds} seeds")
+    cold_final = [best_so_far(t.values)[-1] for t in cold]
+    cold_hits = [evals_to(t.values, TARGET * f) for t, f in zip(cold, cold_final)]
+    warm_hits = [evals_to(t.values, TARGET * f) for t, f in zip(warm, cold_final)]
+    inf = lambda xs: [x if x is not None else math.inf for x in xs]  # noqa: E731
+    cold_m, warm_m = _quartiles(inf(cold_hits))["median"], _quartiles(inf(warm_hits))["median"]
+    optimum = sl.optimum(holdout)
+    return {
+        "slice": sl.source.label, "synthetic": bool(sl.evaluations and sl.evaluations[0].device == "synthetic"),
+        "holdout_class": holdout, "lessons_from_classes": sorted({x.shape_class for x in built}),
+        "lessons_log": lessons.log, "space_size": size, "budget": budget, "seeds": seeds,
+        "cold": "ga+screen", "warm": "ga+screen with the lessons (seeds, skipped predicted failures, screen prior)",
+        "cold_evals_to_99": cold_m, "warm_evals_to_99": warm_m,
+        "ratio": (warm_m / cold_m) if cold_m and warm_m is not None else None,
+        "goal_ratio_at_most_0.3": bool(cold_m and warm_m is not None and warm_m / cold_m <= 0.3),
+        "per_seed": {"cold_final": cold_final, "cold_evals_to_99": cold_hits, "warm_evals_to_99": warm_hits},
+        "class_optimum": optimum,
+        "curves": summarize(cold + warm, optimum, budget),
+    }
+
+
+__all__ = ["OURS", "KT_NAMED", "KT_REST", "Trace", "best_so_far", "evals_to", "race", "run_kernel_tuner",
+           "run_ours", "summarize", "warm_start"]

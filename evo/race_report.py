@@ -1,0 +1,134 @@
+"""Files of a race and of a warm start (evo.race): PREFIX.json, PREFIX.md and PREFIX.png.
+
+Figures follow evo/plots.py: matplotlib Figures built directly (no pyplot state), Agg-safe. A
+result computed on a synthetic slice says so in its title and first line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+
+def _label(result: dict[str, Any]) -> str:
+    return "SYNTHETIC slice (no GPU measured it)" if result.get("synthetic") else f"slice {result['slice']}"
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "not reached"
+    return f"{v:.0f}" if isinstance(v, (int, float)) else str(v)
+
+
+def race_figure(result: dict[str, Any]) -> Figure:
+    fig = Figure(figsize=(8.0, 4.6), layout="constrained")
+    ax = fig.add_subplot()
+    for name, s in result["strategies"].items():
+        if not s.get("shown", True):
+            continue
+        c = s["curve"]
+        style = "-" if s["side"] == "ours" else "--"
+        line, = ax.plot(c["evals"], c["median"], style, label=name, lw=1.6)
+        ax.fill_between(c["evals"], c["q1"], c["q3"], color=line.get_color(), alpha=0.12)
+    ax.axhline(result["target_fraction"], color="grey", lw=0.8, ls=":")
+    ax.axvline(0.05 * result["space_size"], color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_ylim(max(0.0, min(0.8, ax.get_ylim()[0])), 1.005)
+    ax.set_xlabel("evaluations (unique genomes judged)")
+    ax.set_ylabel("best so far / slice optimum")
+    ax.set_title(f"{_label(result)}: {result['space_size']} genomes, median and quartiles over {result['seeds']} "
+                 "seeds", fontsize=9)
+    ax.legend(fontsize=7, ncol=2, loc="lower right")
+    return fig
+
+
+def race_markdown(result: dict[str, Any]) -> str:
+    size = result["space_size"]
+    lines = [f"# Search efficiency on a recorded slice ({_label(result)})", ""]
+    if result.get("synthetic"):
+        lines += ["**Synthetic**: every figure below comes from tests/data/make_synthetic_slice.py's formula, not from "
+                  "a GPU. The H200 slice replaces it (the command at the end, on the recorded slice).", ""]
+    lines += [f"Slice: {result['slice']} ({result['family']}, space {result['space_version'] or '-'}), "
+              f"{size} genomes, varied genes: {', '.join(result['varied_genes'])}. Optimum {result['optimum']:.4g} "
+              f"({result['objective']}). Budget {result['budget']} evaluations per search "
+              f"({100 * result['budget'] / size:.1f} % of the slice), {result['seeds']} seeds per strategy; "
+              f"target {100 * result['target_fraction']:.0f} % of the optimum. A failed genome costs an evaluation "
+              "on both sides.", "",
+              f"- Ours, best: **{result['ours_best']}**, median {_fmt(result['ours_best_evals_to_99'])} evaluations "
+              f"to 99 % ({'within' if result['goal']['ours_within_5_percent_of_space'] else 'not within'} 5 % of the "
+              f"slice = {0.05 * size:.0f}).",
+              f"- Kernel Tuner, best: **{result['kernel_tuner_best']}**, median "
+              f"{_fmt(result['kernel_tuner_best_evals_to_99'])}; best of the rest: "
+              f"{result['kernel_tuner_best_of_the_rest']}.",
+              f"- Ours in fewer evaluations than every Kernel Tuner strategy shown (medians): "
+              f"{'yes' if result['goal']['ours_fewer_than_every_kernel_tuner_strategy'] else 'no'}.",
+              f"- Lessons for ga+lessons: {result.get('lessons') or 'none given (left out)'}.", "",
+              "| strategy | side | evaluations to 99 % (median) | quartiles | seeds reaching it | final fraction (median) "
+              "| evaluations made (mean) |", "|---|---|---:|---|---:|---:|---:|"]
+    for name, s in result["strategies"].items():
+        e = s["evals_to_99"]
+        shown = "" if s.get("shown", True) else " (not shown: not the best of the rest)"
+        lines.append(f"| {name}{shown} | {s['side']} | {_fmt(e['median'])} | {_fmt(e['q1'])} - {_fmt(e['q3'])} | "
+                     f"{e['reached']}/{e['seeds']} | {s['final_fraction']['median']:.4f} | "
+                     f"{s['mean_evaluations_made']:.0f} |")
+    lines += ["", "Seeds that never reached 99 % count as beyond the budget in the medians (\"not reached\" when more "
+              "than half did not).", "", f"Made by: `{result.get('command') or 'evo slice race'}`", ""]
+    return "\n".join(lines)
+
+
+def write_race(result: dict[str, Any], prefix: str | Path) -> list[Path]:
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    out = [prefix.with_suffix(".json"), prefix.with_suffix(".md"), prefix.with_suffix(".png")]
+    out[0].write_text(json.dumps(result, indent=1))
+    out[1].write_text(race_markdown(result))
+    race_figure(result).savefig(out[2], dpi=110)
+    return out
+
+
+def warm_figure(result: dict[str, Any]) -> Figure:
+    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for name, s in result["curves"].items():
+        c = s["curve"]
+        line, = ax.plot(c["evals"], c["median"], label=f"{'warm' if 'lessons' in name else 'cold'} ({name})")
+        ax.fill_between(c["evals"], c["q1"], c["q3"], color=line.get_color(), alpha=0.15)
+    ax.axhline(result["target_fraction"] if "target_fraction" in result else 0.99, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"evaluations on class {result['holdout_class']}")
+    ax.set_ylabel("best so far / class optimum")
+    ax.set_title(f"{_label(result)}: lessons of {', '.join(result['lessons_from_classes'])} warm-start "
+                 f"{result['holdout_class']} ({result['seeds']} seeds)", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def warm_markdown(result: dict[str, Any]) -> str:
+    lines = [f"# Warm start on a held-out shape class ({_label(result)})", ""]
+    if result.get("synthetic"):
+        lines += ["**Synthetic**: computed on tests/data/make_synthetic_slice.py's formula, not on a GPU.", ""]
+    ratio = result["ratio"]
+    lines += [f"Lessons built from the slice without class **{result['holdout_class']}** (classes "
+              f"{', '.join(result['lessons_from_classes'])}) start a run on that class alone "
+              f"({result['space_size']} genomes, budget {result['budget']}, {result['seeds']} seeds). Cold: "
+              f"{result['cold']}; warm: {result['warm']}.", "",
+              f"- cold run: median {_fmt(result['cold_evals_to_99'])} evaluations to 99 % of its own final best",
+              f"- warm run: median {_fmt(result['warm_evals_to_99'])} evaluations to that same value",
+              f"- ratio warm / cold: {'-' if ratio is None else f'{ratio:.2f}'} (goal: <= 0.30; "
+              f"{'met' if result['goal_ratio_at_most_0.3'] else 'not met'})", "", "What the run was told:", ""]
+    lines += [f"- {x}" for x in result["lessons_log"]]
+    lines += ["", f"Made by: `{result.get('command') or 'evo slice warm-start'}`", ""]
+    return "\n".join(lines)
+
+
+def write_warm(result: dict[str, Any], prefix: str | Path) -> list[Path]:
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    out = [prefix.with_suffix(".json"), prefix.with_suffix(".md"), prefix.with_suffix(".png")]
+    out[0].write_text(json.dumps(result, indent=1))
+    out[1].write_text(warm_markdown(result))
+    warm_figure(result).savefig(out[2], dpi=110)
+    return out

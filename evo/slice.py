@@ -1,0 +1,211 @@
+"""A densely recorded slice: every valid genome of a sub-space, judged, as a test bed for search.
+
+A slice is any recording (a run directory, a store URL#RUN_ID or an `evo dump` file) made by
+strategy = "grid"; its sub-space is read back from the run's [search.grid] (or, for a recording
+without one, from the values its genomes take). From it come:
+
+- `space()`: the gene space restricted to the sub-space (same genes, names and genome keys), so
+  a search replayed on the slice never asks for a genome the slice does not hold;
+- `optimum()` / `for_class()`: the slice's best fitness, and the slice seen by one shape class
+  (each evaluation's fitness on that class's cases only), what a warm start is measured on;
+- `kt_cache()`: the slice in Kernel Tuner's cache format (what its simulation mode replays):
+  a header (device_name, kernel_name, problem_size, tune_params_keys, tune_params, objective) and
+  one entry per configuration keyed "v1,v2,..." in tune_params_keys order, holding the parameter
+  values, "time" (ms) and "times", our objective, compile/verification/benchmark times (ms) from
+  the record, and for a failed genome the Kernel Tuner error name in place of the times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from fitness.objectives import geomean
+from fitness.records import Evaluation, Status
+from genomes import GeneSpace
+from genomes.genes import Choice, IntRange, PowerOfTwo
+from genomes.registry import load_space
+from evo.lesson_build import Source, class_fitness, read_source, shape_classifier
+from evo.strategies.grid import subspace
+
+#: Kernel Tuner's error names (kernel_tuner.util), by our failure statuses
+KT_ERRORS = {Status.COMPILE_ERROR: "CompilationFailedConfig", Status.RUNTIME_ERROR: "RuntimeFailedConfig",
+             Status.TIMEOUT: "RuntimeFailedConfig", Status.WRONG_RESULT: "RuntimeFailedConfig",
+             Status.INVALID: "InvalidConfig"}
+
+
+def restricted_space(space: GeneSpace, values: Mapping[str, Sequence[Any]]) -> GeneSpace:
+    """`space` with every gene narrowed to `values` (subspace's): same names, constraints and
+    genome keys, so the genomes a strategy draws from it are the slice's genomes."""
+    genes = []
+    for g in space.genes:
+        vals = tuple(values[g.name])
+        if vals == g.values():
+            genes.append(g)
+            continue
+        ordered = tuple(v for v in g.values() if v in vals)
+        if isinstance(g, Choice):
+            genes.append(dataclasses.replace(g, options=ordered))
+            continue
+        if isinstance(g, IntRange) and len(ordered) > 1 and ordered == tuple(range(ordered[0], ordered[-1] + 1,
+                                                                                   g.step)):
+            genes.append(dataclasses.replace(g, low=ordered[0], high=ordered[-1]))
+            continue
+        if isinstance(g, PowerOfTwo) and len(ordered) > 1 and all(b == 2 * a for a, b in zip(ordered, ordered[1:])):
+            genes.append(dataclasses.replace(g, low=ordered[0], high=ordered[-1]))
+            continue
+        # a fixed flag, or values with holes: a choice among them (keys are of values, not kinds)
+        genes.append(Choice(g.name, options=ordered, group=g.group, doc=g.doc, legacy=g.legacy))
+    return GeneSpace(name=space.name, genes=tuple(genes), constraints=space.constraints, doc=space.doc)
+
+
+@dataclass(frozen=True)
+class Slice:
+    source: Source
+    values: Mapping[str, tuple]                  # gene -> its values in the sub-space
+    space: GeneSpace = field(repr=False)         # restricted to the sub-space
+    full_space: GeneSpace = field(repr=False)
+    classes: Mapping[str, tuple[str, ...]]       # shape class -> its benchmark case ids
+
+    @property
+    def evaluations(self) -> tuple[Evaluation, ...]:
+        return self.source.evaluations
+
+    @property
+    def metric(self) -> str:
+        return self.source.metric
+
+    @property
+    def varied(self) -> list[str]:
+        return [n for n in self.space.names if len(self.values[n]) > 1]
+
+    def fitness(self, ev: Evaluation, cls: str | None = None) -> float | None:
+        if cls is None:
+            return ev.fitness(self.metric)
+        return class_fitness(ev, self.classes[cls], self.source.baseline, self.metric)
+
+    def optimum(self, cls: str | None = None) -> float:
+        fits = [f for f in (self.fitness(e, cls) for e in self.evaluations) if f is not None]
+        if not fits:
+            raise ValueError(f"slice {self.source.label}: no verified evaluation" + (f" on class {cls}" if cls else ""))
+        return max(fits)
+
+    def for_class(self, cls: str) -> list[Evaluation]:
+        """The slice as a recording of class `cls` alone: its cases only, the metric its fitness
+        there (a genome that ran but not on that class is INVALID for it)."""
+        if cls not in self.classes:
+            raise ValueError(f"slice {self.source.label} has no shape class {cls!r}; classes: {sorted(self.classes)}")
+        cases = set(self.classes[cls])
+        out = []
+        for ev in self.evaluations:
+            f = self.fitness(ev, cls)
+            kept = tuple(c for c in ev.cases if c.case in cases)
+            if f is None and ev.status is Status.OK:
+                out.append(dataclasses.replace(ev, status=Status.INVALID, objectives={}, cases=kept,
+                                               message=f"INVALID at bench: cannot run class {cls}"))
+            else:
+                out.append(dataclasses.replace(ev, objectives={self.metric: f} if f is not None else {}, cases=kept))
+        return out
+
+    # -- Kernel Tuner ----------------------------------------------------------------------------
+    def kt_cache(self, cls: str | None = None, device: str = "", kernel: str = "") -> dict[str, Any]:
+        """The slice (or one class of it) in Kernel Tuner's cache format; tune parameters are the
+        varied genes, values as the genome spells them (str(value) in the keys, as Kernel Tuner
+        joins them)."""
+        params = self.varied
+        tune = {n: [_kt_value(v) for v in self.values[n]] for n in params}
+        cases = self.classes[cls] if cls else sorted({c for cs in self.classes.values() for c in cs})
+        entries: dict[str, dict[str, Any]] = {}
+        for ev in self.evaluations:
+            values = {n: _kt_value(ev.genome[n]) for n in params}
+            key = ",".join(str(values[n]) for n in params)
+            entry: dict[str, Any] = dict(values)
+            f = self.fitness(ev, cls)
+            stage = ev.artifacts.get("stage_seconds")
+            secs = _stage_seconds(stage)
+            entry.update(compile_time=1000 * secs.get("compile", 0.0), verification_time=1000 * secs.get("check", 0.0),
+                         benchmark_time=1000 * secs.get("bench", 0.0), strategy_time=0, framework_time=0,
+                         timestamp=_stamp(ev.finished_at))
+            if f is None:
+                err = KT_ERRORS.get(ev.status, "InvalidConfig") if ev.status is not Status.OK else "InvalidConfig"
+                entry.update(time=err, times=err, **{self.metric: err})
+            else:
+                times = [c.time_us / 1000.0 for c in ev.cases if c.case in cases and c.time_us]
+                entry.update(time=geomean(times), times=times, **{self.metric: f})
+            entries[key] = entry
+        return {"device_name": device or (self.source.evaluations[0].device if self.evaluations else "") or "unknown",
+                "kernel_name": kernel or f"{self.source.family}_{cls or 'all'}".replace("/", "_"),
+                "problem_size": [len(cases)], "tune_params_keys": params, "tune_params": tune,
+                "objective": self.metric, "objective_higher_is_better": True, "cache": entries}
+
+
+def _kt_value(v: Any) -> Any:
+    return v if isinstance(v, (bool, int, float, str)) else str(v)
+
+
+def _stage_seconds(raw: Any) -> dict[str, float]:
+    import json
+
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+    return {k: float(v) for k, v in (raw or {}).items() if isinstance(v, (int, float))}
+
+
+def _stamp(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t or 0.0, datetime.timezone.utc).isoformat()
+
+
+def load_slice(source: str, space_version: str = "") -> Slice:
+    """A recording as a slice; ValueError (one line) when it is not a whole sub-space."""
+    src = read_source(source, space_version)
+    full = load_space(src.family, src.space_version)
+    grid = _recorded_grid(src.config)
+    if grid is not None:
+        values = subspace(full, *grid)
+    else:
+        seen: dict[str, list] = {n: [] for n in full.names}
+        for ev in src.evaluations:
+            g = full.complete(ev.genome)
+            for n in full.names:
+                if g[n] not in seen[n]:
+                    seen[n].append(g[n])
+        values = {n: tuple(v for v in full.gene(n).values() if v in seen[n]) for n in full.names}
+    space = restricted_space(full, values)
+    kept = tuple(e for e in src.evaluations if e.space == full.name and space.is_valid(e.genome))
+    classify = shape_classifier(src.family)
+    bench: dict[str, Mapping[str, Any]] = {}
+    for ev in kept:
+        for c in ev.cases:
+            if c.time_us:
+                bench.setdefault(c.case, c.params)
+    classes: dict[str, list[str]] = {}
+    for cid in sorted(bench):
+        classes.setdefault(classify(cid, bench[cid]), []).append(cid)
+    return Slice(dataclasses.replace(src, evaluations=kept), values, space, full,
+                 {k: tuple(v) for k, v in sorted(classes.items())})
+
+
+def _recorded_grid(config: Mapping[str, Any]):
+    cfg = config.get("search") or {}
+    grid = cfg.get("grid") or {}
+    if cfg.get("strategy") == "grid" and (grid.get("fixed") or grid.get("vary")):
+        return {k: (v[0] if isinstance(v, list) and len(v) == 1 else v) for k, v in grid["fixed"].items()}, grid["vary"]
+    return None
+
+
+def coverage(sl: Slice) -> tuple[int, int]:
+    """(genomes recorded, valid genomes of the sub-space): a slice is whole when they are equal."""
+    from evo.strategies.grid import grid_points
+
+    return len(sl.evaluations), sum(1 for _ in grid_points(sl.full_space, sl.values))
+
+
+def fraction_curve(best_so_far: Sequence[float | None], optimum: float) -> list[float]:
+    """Best-so-far over evaluations as a fraction of the optimum (0 before anything verified)."""
+    return [0.0 if b is None or not math.isfinite(b) else b / optimum for b in best_so_far]

@@ -1,0 +1,72 @@
+"""Record the dense slice over several device calls (lab tooling; issue 19).
+
+The device machine keeps nothing between calls, so each call restores the slice's run from its
+committed dump, lets the grid go on for at most --session-s seconds (the run's wall-time budget is
+set to what it has used plus that), and writes the dump again into $OUT. The grid asks its genomes
+in one fixed order: the restored records answer the recorded part from the store (no GPU time, no
+second record) and only the rest is judged. Copy the returned dump over the committed one, commit
+it, and call again until it prints "whole".
+
+    python experiments/device/record_slice.py --config experiments/rmsnorm_fwd_slice_h200.toml \\
+        --dump results/slice/rmsnorm_fwd_slice_h200.json.gz --session-s 540 --out "$OUT/rmsnorm_fwd_slice_h200.json.gz"
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from evo.config import load_config
+from evo.rundir import RunDir
+from evo.session import dump_run, execute
+from evo.store import Record, RunInfo, open_store, sqlite_url
+
+
+def restore(dump: Path, store_url: str) -> tuple[str, float]:
+    """The dump's run, records in their order, into a fresh store: (run id, elapsed s)."""
+    from evo.analysis import load_run
+
+    frames = load_run(dump)
+    run = frames.run
+    with open_store(store_url) as store:
+        store.create_run(RunInfo(run["run_id"], run.get("name") or run["run_id"], run["family"], int(run["seed"]),
+                                 config=run["config"], state="interrupted", elapsed_s=float(run["elapsed_s"]),
+                                 notes=run.get("notes") or {}))
+        for r in sorted(frames.records, key=lambda r: r.seq):
+            store.append(Record(run["run_id"], r.evaluation, generation=r.generation, stage=r.stage,
+                                operator=r.operator, parents=r.parents))
+    return run["run_id"], float(run["elapsed_s"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--dump", required=True, help="the slice's committed dump (restored when it exists)")
+    ap.add_argument("--session-s", type=float, default=540.0, help="judge for at most this long in this call")
+    ap.add_argument("--out", required=True, help="where the dump is written after this call")
+    ap.add_argument("--runs-dir", default="runs/slice")
+    args = ap.parse_args()
+    cfg = load_config(args.config)
+    path = Path(args.runs_dir) / time.strftime("%Y%m%d-%H%M%S")
+    path.mkdir(parents=True)
+    store_url = sqlite_url(path / "store.sqlite")
+    if Path(args.dump).is_file():
+        run_id, elapsed = restore(Path(args.dump), store_url)
+        print(f"restored {run_id} from {args.dump} ({elapsed:.0f} s judged before)", file=sys.stderr)
+    else:
+        run_id, elapsed = f"{cfg.experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}", 0.0
+    cfg = cfg.with_overrides({"budget.wall_time_s": elapsed + args.session_s})
+    summary = execute(RunDir(path, run_id, store_url, cfg))
+    dump_run(f"{store_url}#{run_id}", args.out)
+    from evo.slice import coverage, load_slice
+
+    recorded, valid = coverage(load_slice(args.out))
+    print(f"slice {run_id}: {recorded} of {valid} genomes recorded ({summary.new_evaluations} this call, stopped: "
+          f"{summary.stop_reason}); {'whole' if recorded >= valid else 'call again'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The slice tooling on the SYNTHETIC slice: restricted space, per-class view, Kernel Tuner's cache
+(read back by Kernel Tuner's own simulation mode), the race and warm-start summaries, the CLI, the
+device script's restore. Small budgets and few seeds: the committed results come from the
+commands (results/README.md), and tests/test_search_results.py checks what they wrote."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from evo.cli import main
+from evo.race import best_so_far, evals_to, run_kernel_tuner, run_ours, summarize, Trace
+from evo.slice import load_slice, restricted_space
+from evo.strategies.grid import subspace
+from fitness.records import Status
+
+sys.path.insert(0, str(Path(__file__).parent / "data"))
+import make_synthetic_slice  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def slice_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("slice") / "synthetic_slice.json.gz"
+    make_synthetic_slice.dump(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sl(slice_file):
+    return load_slice(str(slice_file))
+
+
+def test_slice_and_its_restricted_space(sl, synthetic_space):
+    assert len(sl.evaluations) == 5940 and set(sl.classes) == {"short", "mid", "long"}
+    narrow = restricted_space(synthetic_space, subspace(synthetic_space, {"vector_bytes": 16, "cluster": 2},
+                                                        {n: list(synthetic_space.gene(n).values())
+                                                         for n in synthetic_space.names
+                                                         if n not in ("vector_bytes", "cluster")}))
+    import random
+
+    rng = random.Random(0)
+    drawn = [narrow.sample(rng) for _ in range(50)]
+    assert all(g["vector_bytes"] == 16 and g["cluster"] == 2 for g in drawn)
+    # same keys as the full space's genomes: a replay of the slice answers them
+    assert all(synthetic_space.make(dict(g)).key == g.key for g in drawn)
+    best = max(sl.evaluations, key=lambda e: e.fitness("geomean_speedup") or 0)
+    assert sl.optimum() == best.fitness("geomean_speedup")
+    long = sl.for_class("long")
+    assert max(e.fitness("geomean_speedup") or 0 for e in long) == sl.optimum("long") > sl.optimum()
+    assert all(len(e.cases) == 1 for e in long if e.status.ok)
+    with pytest.raises(ValueError, match="no shape class 'huge'"):
+        sl.for_class("huge")
+
+
+def test_kernel_tuner_cache_format(sl, tmp_path):
+    cache = sl.kt_cache()
+    assert cache["tune_params_keys"] == sl.varied and len(cache["cache"]) == len(sl.evaluations)
+    ev = next(e for e in sl.evaluations if e.status.ok)
+    key = ",".join(str(ev.genome[n]) for n in cache["tune_params_keys"])
+    entry = cache["cache"][key]
+    assert entry["geomean_speedup"] == ev.fitness("geomean_speedup") and len(entry["times"]) == 3
+    assert entry["time"] == pytest.approx((entry["times"][0] * entry["times"][1] * entry["times"][2]) ** (1 / 3))
+    bad = next(e for e in sl.evaluations if e.status is Status.COMPILE_ERROR)
+    assert cache["cache"][",".join(str(bad.genome[n]) for n in cache["tune_params_keys"])]["time"] == \
+        "CompilationFailedConfig"
+    pytest.importorskip("kernel_tuner")
+    from kernel_tuner.util import read_cache
+
+    path = tmp_path / "cache.json"
+    path.write_text(json.dumps(cache))
+    back = read_cache(str(path), open_cache=False)           # Kernel Tuner's own reader
+    assert "__error__" in back["cache"][",".join(str(bad.genome[n]) for n in cache["tune_params_keys"])]
+    trace = run_kernel_tuner(cache, str(path), "random_sample", 3, 40)
+    assert len(trace.values) == 40 and trace.side == "kernel_tuner"
+    assert max(v for v in trace.values if v is not None) <= sl.optimum()
+    again = run_kernel_tuner(cache, str(path), "random_sample", 3, 40)
+    assert again.values == trace.values                      # seeded: the same draws
+
+
+def test_curve_and_evals_to_target():
+    values = (None, 0.5, 0.4, 0.99, None, 1.0)
+    assert best_so_far(values) == [None, 0.5, 0.5, 0.99, 0.99, 1.0]
+    assert evals_to(values, 0.99) == 4 and evals_to(values, 1.01) is None
+    s = summarize([Trace("a", "ours", 0, values), Trace("a", "ours", 1, (1.0,)), Trace("b", "kernel_tuner", 0, (0.2,))],
+                  optimum=1.0, budget=6, points=6)
+    assert s["a"]["evals_to_99"]["values"] == [4, 1] and s["a"]["evals_to_99"]["reached"] == 2
+    assert s["b"]["evals_to_99"]["median"] is None and s["b"]["final_fraction"]["median"] == 0.2
+    assert s["a"]["curve"]["evals"][-1] == 6 and s["a"]["curve"]["median"][-1] == 1.0
+
+
+def test_our_run_on_the_slice_stays_in_it(sl):
+    trace = run_ours(sl, "ga+screen", 0, 80)
+    assert len(trace.values) == 80 and max(v for v in trace.values if v) <= sl.optimum()
+
+
+def test_cli_export_race_and_warm_start(slice_file, tmp_path, capsys):
+    out = tmp_path / "kt.json"
+    assert main(["slice", "export-kt", str(slice_file), "--out", str(out), "--class", "long"]) == 0
+    assert json.loads(out.read_text())["kernel_name"] == "synthetic_long"
+    prefix = tmp_path / "race"
+    assert main(["slice", "race", str(slice_file), "--out", str(prefix), "--seeds", "2", "--budget", "60",
+                 "--kt-rest", "mls"]) == 0
+    result = json.loads(prefix.with_suffix(".json").read_text())
+    assert result["synthetic"] and result["space_size"] == 5940 and result["seeds"] == 2
+    assert {"ga", "random", "ga+screen", "kt:genetic_algorithm", "kt:bayes_opt", "kt:simulated_annealing",
+            "kt:random_sample", "kt:mls"} <= set(result["strategies"])
+    assert "ga+lessons" not in result["strategies"]           # no lessons given: left out, and said so
+    assert "**Synthetic**" in prefix.with_suffix(".md").read_text() and prefix.with_suffix(".png").stat().st_size
+    warm = tmp_path / "warm"
+    assert main(["slice", "warm-start", str(slice_file), "--out", str(warm), "--holdout", "long", "--seeds", "2",
+                 "--budget", "60"]) == 0
+    w = json.loads(warm.with_suffix(".json").read_text())
+    assert w["holdout_class"] == "long" and w["lessons_from_classes"] == ["mid", "short"]
+    assert set(w) >= {"cold_evals_to_99", "warm_evals_to_99", "ratio", "seeds"}
+    assert any("used as a transfer" in line for line in w["lessons_log"])
+    assert main(["slice", "race", str(tmp_path / "nope.json"), "--out", str(prefix)]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_cli_lessons_build_show_export(slice_file, tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'lessons.db'}"
+    assert main(["lessons", "build", str(slice_file), "--store", url, "--surrogate", "ridge"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("lesson ") == 3 and "appended 3 lessons from 1 runs" in out
+    assert main(["lessons", "show", url, "--class", "long"]) == 0
+    shown = capsys.readouterr().out
+    assert "synthetic / space - / sm_90a / class long" in shown and "surrogate ridge (used)" in shown
+    assert "signature: cluster = 4 and load_cache = 'ca': wrong" in shown and "from: synthetic-slice" in shown
+    path = tmp_path / "lessons.json"
+    assert main(["lessons", "export", "--store", url, "--out", str(path)]) == 0
+    assert len(json.loads(path.read_text())["lessons"]) == 3
+    assert main(["lessons", "show", str(path), "--family", "rmsnorm"]) == 1
+
+
+def test_device_script_restores_a_slice_and_goes_on(tmp_path, synthetic_space, synthetic_table):
+    """record_slice.py's restore: the dump of a partly recorded grid becomes a store the next call
+    continues, judging only what is left."""
+    from evo.run import Run, new_run_info
+    from evo.session import dump_run
+    from evo.store import open_store
+    from tests.test_grid import grid_cfg
+
+    spec = importlib.util.spec_from_file_location("record_slice", REPO / "experiments/device/record_slice.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    first = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_store(first) as store:
+        store.create_run(new_run_info(grid_cfg(evaluations=30), "slice"))
+        Run(grid_cfg(evaluations=30), synthetic_space, store, synthetic_table, "slice").optimize()
+    dump = tmp_path / "slice.json.gz"
+    dump_run(f"{first}#slice", dump)
+    second = f"sqlite:///{tmp_path / 'b.db'}"
+    run_id, _ = mod.restore(dump, second)
+    with open_store(second) as store:
+        assert run_id == "slice" and store.count("slice") == 30
+        run = Run(grid_cfg(), synthetic_space, store, synthetic_table, "slice")
+        run.optimize()
+        assert run.new_evaluations == store.count("slice") - 30 > 0

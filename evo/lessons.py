@@ -447,6 +447,7 @@ def with_lessons(cfg: Config, space: GeneSpace, lessons: RunLessons | None, seed
     region = None
     if section.region and not cfg.search.init_within and cfg.search.strategy == "ga":
         region = lessons.agreed_region(space) or None
-        if region:
-            lessons.log.append(f"first population drawn within the genes the lessons agree on: {region}")
+        line = f"first population drawn within the genes the lessons agree on: {region}"
+        if region and line not in lessons.log:
+            lessons.log.append(line)
     return seeds, prior, avoid, region

@@ -267,7 +267,8 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
         "slice": sl.source.label, "synthetic": bool(sl.evaluations and sl.evaluations[0].device == "synthetic"),
         "holdout_class": holdout, "lessons_from_classes": sorted({x.shape_class for x in built}),
         "lessons_log": lessons.log, "space_size": size, "budget": budget, "seeds": seeds,
-        "cold": "ga+screen", "warm": "ga+screen with the lessons (seeds, skipped predicted failures, screen prior)",
+        "cold": "ga+screen", "warm": "ga+screen with the lessons (their elites as seeds, predicted failures skipped, the genes they "
+                                     "agree on for the first population; a transferred class trains no screen)",
         "cold_evals_to_99": cold_m, "warm_evals_to_99": warm_m,
         "ratio": (warm_m / cold_m) if cold_m and warm_m is not None else None,
         "goal_ratio_at_most_0.3": bool(cold_m and warm_m is not None and warm_m / cold_m <= 0.3),

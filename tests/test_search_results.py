@@ -1,4 +1,4 @@
-"""The committed race and warm-start results (experiments/scripts/search_efficiency.sh wrote them)
+"""The committed race and warm-start results (experiments/scripts/search_efficiency.py wrote them)
 say what they are and agree with themselves: the headline figures are the per-strategy medians of
 the per-seed values they hold, a synthetic result says so, and the markdown quotes the JSON."""
 
@@ -17,7 +17,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 def _load(name):
     path = RESULTS / f"{name}.json"
     if not path.is_file():
-        pytest.skip(f"{path} not written yet (experiments/scripts/search_efficiency.sh)")
+        pytest.skip(f"{path} not written yet (experiments/scripts/search_efficiency.py)")
     return json.loads(path.read_text()), (RESULTS / f"{name}.md").read_text()
 
 

@@ -75,6 +75,7 @@ class Source:
     metric: str
     baseline: str
     evaluations: tuple[Evaluation, ...] = field(repr=False)
+    config: Mapping[str, Any] = field(default_factory=dict, repr=False)      # the run's config, as recorded
 
 
 def read_source(source: str, space_version: str = "") -> Source:
@@ -101,7 +102,7 @@ def read_source(source: str, space_version: str = "") -> Source:
     objective = cfg.get("objective") or {}
     return Source(label=str(run.get("run_id") or source), family=family, space_version=version, arch=arch,
                   metric=objective.get("metric") or "geomean_speedup", baseline=objective.get("baseline") or "torch",
-                  evaluations=tuple(r.evaluation for r in frames.records))
+                  evaluations=tuple(r.evaluation for r in frames.records), config=cfg)
 
 
 def class_fitness(ev: Evaluation, cases: Sequence[str], baseline: str, metric: str) -> float | None:

@@ -474,6 +474,13 @@ def markdown(data: dict[str, Any]) -> str:
                   f"Candidates per GPU-minute, Ray / local: **{_fmt(s.get('candidates_per_gpu_minute_ratio'))}** "
                   f"(target: within 5 %); verdicts {s.get('same_status')} the same, cases within the two spreads "
                   f"{s.get('cases_within_spreads')}.", ""]
+        if s.get("runs_in_order"):
+            lines += ["Every run of this comparison (the Ray run is compared with the last other run):", "",
+                      "| file | pool | candidates per GPU-minute | wall s |", "|---|---|---:|---:|"]
+            lines += [f"| {r['file']} | {r['pool']} | {_fmt(r['candidates_per_gpu_minute'])} | {_fmt(r['wall_s'], '.1f')} |"
+                      for r in s["runs_in_order"]]
+            lines += [f"| (compared) | {s.get('pool')} | {_fmt(s.get('candidates_per_gpu_minute'))} | "
+                      f"{_fmt(s.get('wall_s'), '.1f')} |", ""]
     else:
         lines += ["Not measured yet: `experiments/device/ray_pool_h200.sh` on the H200, then `merge`.", ""]
     lines += ["## Two H200s", ""]
@@ -509,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge", help="a device file into the results")
     m.add_argument("--device", required=True)
     m.add_argument("--out", default="results/ray_scaling")
+    m.add_argument("--against", action="append", default=[],
+                   help="another run of the other pool on the same machine (repeatable): the comparison is made "
+                        "against the LAST one given, and every one is listed with its order, because the first "
+                        "pool timed on a fresh machine pays its cold caches (cupy's kernel cache, torch's "
+                        "first compile) and runs slower")
     args = ap.parse_args(argv)
     if args.command == "chaos":
         if not args.store:
@@ -522,7 +534,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "device":
         device(args.pool, args.genomes, Path(args.out), args.gpus, args.cache_dir, args.compare)
         return 0
-    write(Path(args.out), device=json.loads(Path(args.device).read_text()))
+    dev = json.loads(Path(args.device).read_text())
+    if args.against:
+        others = [json.loads(Path(a).read_text()) for a in args.against]
+        dev["comparison"] = side_by_side(others[-1], dev)
+        dev["runs_in_order"] = [{"file": _rel(str(Path(a).resolve())), "pool": o["pool"],
+                                 "candidates_per_gpu_minute": o["candidates_per_gpu_minute"], "wall_s": o["wall_s"]}
+                                for a, o in zip(args.against, others)]
+    write(Path(args.out), device=dev)
     print(f"merged {args.device} into {args.out}.json/.md")
     return 0
 

@@ -79,7 +79,7 @@ def test_tables_live_in_their_schema(schema_url):
             schema = conn.exec_driver_sql("SELECT current_schema()").scalar_one()
             tables = set(conn.exec_driver_sql(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()").scalars())
-    assert schema.startswith("evo_test_") and tables == {"evo_runs", "evo_records", "evo_events"}
+    assert schema.startswith("evo_test_") and tables == {"evo_runs", "evo_records", "evo_events", "evo_lessons"}
 
 
 def test_shares_database_with_optuna(schema_url):

@@ -4,6 +4,11 @@ Kernels read and write bf16, fp16 and fp32. numpy has no bfloat16, so a bf16 arr
 its uint16 bit pattern everywhere (host and device); this module converts those bits to and from
 float32/float64 with round-to-nearest-even, exactly as the hardware's cvt.rn.bf16 does.
 
+int32 is the one integer element type: index buffers such as a varlen batch's cu_seqlens (sequence
+offsets) travel as what they are, compared bit for bit like any input, instead of as int32 bits in
+a float32 buffer. Its poison pattern (for an int32 output) is a value no index kernel writes by
+accident, 0x7FC0DEAD; "NaN/inf" never applies to it.
+
 Every function takes arrays of either numpy or cupy (the array module is read off the argument),
 so the same code rounds inputs on the host and on the device and is tested here with numpy.
 """
@@ -22,12 +27,14 @@ _TABLE: dict[str, tuple[np.dtype, np.dtype, str]] = {
     "fp16": (np.dtype(np.float16), np.dtype(np.uint16), "float16"),
     "fp32": (np.dtype(np.float32), np.dtype(np.uint32), "float32"),
     "fp64": (np.dtype(np.float64), np.dtype(np.uint64), "float64"),
+    "int32": (np.dtype(np.int32), np.dtype(np.uint32), "int32"),
 }
 _ALIASES = {
     "bf16": "bf16", "bfloat16": "bf16",
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
     "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
     "fp64": "fp64", "float64": "fp64", "double": "fp64", "f64": "fp64",
+    "int32": "int32", "i32": "int32",
 }
 
 #: NaN bit patterns written into outputs before a kernel runs. Quiet NaNs with a payload that
@@ -38,6 +45,7 @@ POISON_BITS: dict[str, int] = {
     "fp16": 0x7E01,
     "fp32": 0x7FC0DEAD,
     "fp64": 0x7FF8DEADBEEF0001,
+    "int32": 0x7FC0DEAD,
 }
 
 
@@ -46,12 +54,12 @@ class DTypeError(ValueError):
 
 
 def canonical(name: Any) -> str:
-    """'bf16' | 'fp16' | 'fp32' | 'fp64' for any accepted spelling (or a numpy float dtype)."""
+    """'bf16' | 'fp16' | 'fp32' | 'fp64' | 'int32' for any accepted spelling (or a numpy dtype)."""
     key = str(np.dtype(name).name) if isinstance(name, (np.dtype, type)) else str(name).lower()
     try:
         return _ALIASES[key]
     except KeyError:
-        raise DTypeError(f"unknown element type {name!r}; known: bf16, fp16, fp32, fp64 "
+        raise DTypeError(f"unknown element type {name!r}; known: bf16, fp16, fp32, fp64, int32 "
                          f"(or bfloat16, float16, float32, float64)") from None
 
 
@@ -66,7 +74,7 @@ def bits_dtype(name: str) -> np.dtype:
 
 
 def numpy_name(name: str) -> str:
-    """The name used in BufferSpec.dtype: 'bfloat16', 'float16', 'float32', 'float64'."""
+    """The name used in BufferSpec.dtype: 'bfloat16', 'float16', 'float32', 'float64', 'int32'."""
     return _TABLE[canonical(name)][2]
 
 
@@ -199,11 +207,19 @@ def quantize(array: Any, dtype_name: str) -> Any:
     """Float values -> what a kernel's input of this type really holds (round to nearest even).
 
     Accepts float64 or float32 arrays; bf16 comes back as uint16 bits, the others as numpy
-    float16/float32/float64.
+    float16/float32/float64; int32 takes integers (or floats, rounded to the nearest) and refuses
+    values it cannot hold (DTypeError) rather than wrapping them.
     """
     xp = array_module(array)
     name = canonical(dtype_name)
     a = xp.asarray(array)
+    if name == "int32":                             # an index: nearest integer, never wrapped
+        if a.dtype.kind == "f" and a.size and not bool(xp.isfinite(a).all()):
+            raise DTypeError("int32 values must be finite")
+        r = xp.rint(a) if a.dtype.kind == "f" else a
+        if r.size and (float(r.min()) < -2**31 or float(r.max()) > 2**31 - 1):
+            raise DTypeError(f"int32 values out of range: [{float(r.min()):g}, {float(r.max()):g}]")
+        return r.astype(xp.int32)
     if name == "bf16":
         if a.dtype == xp.float32:
             return f32_to_bf16_bits(a)

@@ -2,7 +2,8 @@
 
 - `check_output`: NaN/inf anywhere fails (and an element still holding the poison pattern is
   reported as "not written"), then |out - ref| <= atol + rtol*|ref| elementwise, then the
-  relative L2 error. On cupy one fused raw kernel per output computes every count and sum
+  relative L2 error, then (when the tolerance has groups) the relative L2 error of every group
+  (`group_rel_l2`: e.g. per sequence and head, so one wrong token cannot hide in a big output). On cupy one fused raw kernel per output computes every count and sum
   (one host sync); numpy runs the same definitions as array code over flat chunks
   (`_chunk_stats`, the executable specification). The first offending element is located only
   when something failed.
@@ -21,6 +22,7 @@ says exactly what went wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -46,6 +48,8 @@ class CheckResult:
     max_abs_err: float | None
     rel_l2: float | None
     message: str
+    #: the worst group's relative L2 error when the tolerance has groups (Tolerance.group_rel_l2)
+    group_rel_l2: float | None = None
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.ok, self.max_abs_err, self.rel_l2, self.message))
@@ -101,6 +105,7 @@ _DECODE = {
     "fp16": ("unsigned short", "0x7E01u", "jf_fp16_to_f64(b)"),
     "fp32": ("unsigned int", "0x7FC0DEADu", "(double)__uint_as_float(b)"),
     "fp64": ("unsigned long long", "0x7FF8DEADBEEF0001ull", "__longlong_as_double((long long)b)"),
+    "int32": ("unsigned int", "0x7FC0DEADu", "(double)(int)b"),
 }
 _WORDS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
@@ -372,6 +377,69 @@ def _element(out: Any, ref: Any, i: int, dtype: str) -> tuple[float, float]:
     return float(host[0]), float(host[1])
 
 
+def group_rel_l2(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, chunk: int = DEFAULT_CHUNK) -> Any:
+    """The relative L2 error of every group of `tol` (Tolerance.group_rows / group_axes), as a
+    [groups, width] float64 array on the output's device: row g is the g-th range of rows of
+    axis 0, column j the j-th index of axes 1 .. group_axes - 1 (flattened). Over the elements
+    where output and reference are finite (check_output has rejected the rest before). Temporaries
+    are bounded by `chunk` elements; one small reduction per range of rows. ValueError when the
+    groups do not fit the output (the family's tolerance is wrong, not the candidate)."""
+    xp = array_module(out)
+    shape = tuple(int(s) for s in out.shape)
+    k = int(tol.group_axes)
+    if len(shape) < k:
+        raise ValueError(f"Tolerance.group_axes = {k} but the output has {len(shape)} axes {shape}")
+    rows = shape[0]
+    width = int(np.prod(shape[1:k])) if k > 1 else 1
+    inner = int(np.prod(shape[k:])) if len(shape) > k else 1
+    bounds = tuple(tol.group_rows)
+    if bounds and bounds[-1] != rows:
+        raise ValueError(f"Tolerance.group_rows end at {bounds[-1]} but the output has {rows} rows")
+    o3 = xp.ascontiguousarray(out).reshape(rows, width, inner)
+    r3 = xp.asarray(ref_f64).reshape(rows, width, inner)
+    e2 = xp.zeros((rows, width), dtype=xp.float64)
+    r2 = xp.zeros((rows, width), dtype=xp.float64)
+    step = max(1, int(chunk) // max(1, width * inner))
+    for a in range(0, rows, step):
+        b = min(rows, a + step)
+        with np.errstate(invalid="ignore", over="ignore"):
+            v = dtypes.to_float64(o3[a:b], dtype)
+            r = r3[a:b].astype(xp.float64, copy=False)
+            fin_ref = xp.isfinite(r)
+            d = xp.where(xp.isfinite(v) & fin_ref, v - r, 0.0)
+            rr = xp.where(fin_ref, r, 0.0)
+        e2[a:b] = (d * d).sum(axis=-1)
+        r2[a:b] = (rr * rr).sum(axis=-1)
+    if bounds:
+        pairs = list(zip(bounds, bounds[1:]))
+        e2 = xp.stack([e2[a:b].sum(axis=0) for a, b in pairs]) if pairs else xp.zeros((0, width))
+        r2 = xp.stack([r2[a:b].sum(axis=0) for a, b in pairs]) if pairs else xp.zeros((0, width))
+    return xp.where(r2 > 0, xp.sqrt(e2 / xp.where(r2 > 0, r2, 1.0)), xp.sqrt(e2))
+
+
+def _group_problem(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, name: str, chunk: int,
+                   whole: float) -> tuple[float, str]:
+    """(the worst group's relative L2 error, '' or why it is over tol.group_rel_l2)."""
+    xp = array_module(out)
+    rel = group_rel_l2(out, ref_f64, tol, dtype, chunk=chunk)
+    if rel.size == 0:
+        return 0.0, ""
+    flat = rel.reshape(-1)
+    i = int(xp.argmax(flat))
+    worst = float(flat[i])
+    if worst <= float(tol.group_rel_l2):
+        return worst, ""
+    n_over = int((flat > float(tol.group_rel_l2)).sum())
+    g, j = divmod(i, int(rel.shape[1]))
+    bounds = tuple(tol.group_rows)
+    a, b = (bounds[g], bounds[g + 1]) if bounds else (g, g + 1)
+    cols = [int(c) for c in np.unravel_index(j, tuple(int(s) for s in out.shape[1:tol.group_axes]))] \
+        if tol.group_axes > 1 else []
+    where = ", ".join([f"{a}:{b}", *(str(c) for c in cols)])
+    return worst, (f"{name}[{where}]: relative L2 error {_num(worst)} > {tol.group_rel_l2:g} within the group "
+                   f"({n_over} of {int(flat.size)} groups over; the whole output's is {_num(whole)})")
+
+
 def check_output(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, name: str = "out",
                  chunk: int = DEFAULT_CHUNK) -> CheckResult:
     """Judge one output (storage array: bf16 as uint16 bits) against its float64 reference.
@@ -431,6 +499,9 @@ def check_output(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, name: st
         return CheckResult(False, max_err, rel,
                            f"{name}: relative L2 error {_num(rel)} > {tol.rel_l2:g} "
                            f"(every element within atol/rtol, max |err| {_num(max_err)})")
+    if getattr(tol, "group_rel_l2", None) is not None:
+        worst, problem = _group_problem(out, ref_f64, tol, dtype, name, chunk, rel)
+        return CheckResult(not problem, max_err, rel, problem, group_rel_l2=worst)
     return CheckResult(True, max_err, rel, "")
 
 
@@ -475,6 +546,8 @@ def check_sampled_output(out: Any, index: Any, ref_f64: Any, tol: Tolerance, dty
         return CheckResult(False, None, None, f"{name}{format_index(i, shape)} is NaN/inf; {n_nonfinite} of "
                                               f"{total} elements are NaN/inf")
     idx = xp.asarray(index).reshape(-1)
+    if getattr(tol, "group_rel_l2", None) is not None:      # groups need the whole output
+        tol = dataclasses.replace(tol, group_rel_l2=None)
     res = check_output(flat[idx], xp.asarray(ref_f64).reshape(-1), tol, dtype, name=name, chunk=chunk)
     if res.ok:
         return res

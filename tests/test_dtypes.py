@@ -210,3 +210,24 @@ def test_fused_conversions_equal_the_numpy_spec():
     ref = dtypes.to_float64(bits, "bf16")
     assert np.array_equal(f64, ref, equal_nan=True)
     assert np.array_equal(np.signbit(f64[~np.isnan(f64)]), np.signbit(ref[~np.isnan(ref)]))
+
+
+def test_int32_is_an_index_type():
+    """cu_seqlens-style buffers: stored as int32, exact in float64, rounded and range-checked when
+    made from floats, poisoned with a pattern of their own."""
+    assert dtypes.canonical("int32") == dtypes.canonical(np.int32) == "int32"
+    assert dtypes.storage_dtype("int32") == np.int32 and dtypes.bits_dtype("int32") == np.uint32
+    assert dtypes.itemsize("int32") == 4 and dtypes.numpy_name("int32") == "int32"
+    q = dtypes.quantize(np.array([0.0, 2.6, -3.5, 2**31 - 1]), "int32")
+    assert q.dtype == np.int32 and q.tolist() == [0, 3, -4, 2**31 - 1]
+    assert dtypes.quantize(np.array([7, 9], dtype=np.int64), "int32").tolist() == [7, 9]
+    for bad in (np.array([2.0**31]), np.array([np.nan]), np.array([-2**31 - 1], dtype=np.int64)):
+        with pytest.raises(dtypes.DTypeError, match="int32"):
+            dtypes.quantize(bad, "int32")
+    v = dtypes.to_float64(np.array([-(2**31), 5], dtype=np.int32), "int32")
+    assert v.dtype == np.float64 and v.tolist() == [-(2**31), 5]
+    a = np.zeros(3, dtype=np.int32)
+    dtypes.poison(a, "int32")
+    assert dtypes.is_poison(a, "int32").all() and int(a[0]) == 0x7FC0DEAD
+    a[1] = 17
+    assert dtypes.is_poison(a, "int32").tolist() == [True, False, True]

@@ -341,3 +341,23 @@ def test_inputs_unchanged_uses_wide_words_but_reports_elements():
     odd = np.arange(5, dtype=np.uint8)
     assert verify.inputs_unchanged(odd, odd.copy())
     assert verify.fingerprints({"a": odd, "b": x}) == {"a": verify.fingerprint(odd), "b": verify.fingerprint(x)}
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+def test_int32_outputs_are_checked_exactly_and_poison_is_unwritten():
+    """An int32 output (an index) against its float64 reference: the kernel and the array spec
+    agree, a value off by one fails at atol 0, an unwritten element is reported as such."""
+    tol = Tolerance(atol=0.0, rtol=0.0)
+    ref = np.arange(-50, 950, dtype=np.float64) * 3
+    out = dtypes.quantize(ref, "int32")
+    assert verify.check_output(out, ref, tol, "int32", name="idx").ok
+    out[7] += 1
+    out.view(np.uint32)[9] = dtypes.poison_bits("int32")
+    want = verify._chunk_stats(out, ref, tol, "int32")
+    np.testing.assert_array_equal(_host_stats(out, ref, tol, "int32")[:5], want[:5])
+    assert want[0] == 1 and want[1] == 0 and want[3] == 2       # the poisoned one is "bad" too (0 err)
+    res = verify.check_output(out, ref, tol, "int32", name="idx")
+    assert not res.ok and "idx[9] not written" in res.message
+    out.view(np.uint32)[9] = np.uint32(out[8] + 3)
+    res = verify.check_output(out, ref, tol, "int32", name="idx")
+    assert not res.ok and "idx[7] = " in res.message and "1 of 1000" in res.message

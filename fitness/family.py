@@ -40,12 +40,34 @@ class Tolerance:
     float64 reference is finite. A non-finite reference is a broken input unless
     `match_nonfinite`: then the output must be NaN where the reference is NaN (the poison
     pattern never counts as one) and the same infinity where it is infinite, i.e. the float64
-    reference with IEEE semantics is the family's stated rule for non-finite inputs."""
+    reference with IEEE semantics is the family's stated rule for non-finite inputs.
+
+    `group_rel_l2` bounds the relative L2 error within every group of elements too, so that a
+    wrong token, row or boundary cannot hide under the whole output's norm (one wrong token of
+    one head is 1e-6 of a KDA output). A group is a range of rows of axis 0 (the boundaries
+    `group_rows`, e.g. a packed batch's cu_seqlens; empty: every row its own group) times one
+    index of axes 1 .. group_axes - 1: o [T, H, V] with group_rows = cu_seqlens and group_axes
+    = 2 is judged per (sequence, head). An empty group passes; in a group whose reference is all
+    zeros the error's own norm is held to the bound (as the whole-output test does). Not applied
+    to sampled references."""
 
     atol: float
     rtol: float
     rel_l2: float | None = None
     match_nonfinite: bool = False
+    group_rel_l2: float | None = None
+    group_axes: int = 1
+    group_rows: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.group_rel_l2 is None:
+            return
+        rows = tuple(int(r) for r in self.group_rows)
+        if not isinstance(self.group_axes, int) or self.group_axes < 1:
+            raise ValueError(f"Tolerance.group_axes must be an int >= 1, got {self.group_axes!r}")
+        if rows and (rows[0] != 0 or any(b < a for a, b in zip(rows, rows[1:]))):
+            raise ValueError(f"Tolerance.group_rows must start at 0 and never decrease, got {rows[:8]}...")
+        object.__setattr__(self, "group_rows", rows)
 
 
 @dataclass(frozen=True)

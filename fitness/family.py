@@ -47,9 +47,13 @@ class Tolerance:
     one head is 1e-6 of a KDA output). A group is a range of rows of axis 0 (the boundaries
     `group_rows`, e.g. a packed batch's cu_seqlens; empty: every row its own group) times one
     index of axes 1 .. group_axes - 1: o [T, H, V] with group_rows = cu_seqlens and group_axes
-    = 2 is judged per (sequence, head). An empty group passes; in a group whose reference is all
-    zeros the error's own norm is held to the bound (as the whole-output test does). Not applied
-    to sampled references."""
+    = 2 is judged per (sequence, head). `group_scale` says what a group's error is measured
+    against: "own", its own reference (||err_g|| / ||ref_g||: a relative RMS error per group), or
+    "whole", the whole reference's RMS (RMS(err_g) / RMS(ref): an atol relative to the output's
+    scale, applied per group, which small groups of tiny values cannot trip; with group_rows
+    empty and group_axes = 2, every (token, head) row of an o [T, H, V] is held to it). An empty
+    group passes; in a group whose reference is all zeros the error's own norm is held to the
+    bound (as the whole-output test does). Not applied to sampled references."""
 
     atol: float
     rtol: float
@@ -58,6 +62,7 @@ class Tolerance:
     group_rel_l2: float | None = None
     group_axes: int = 1
     group_rows: tuple[int, ...] = ()
+    group_scale: str = "own"
 
     def __post_init__(self) -> None:
         if self.group_rel_l2 is None:
@@ -67,6 +72,8 @@ class Tolerance:
             raise ValueError(f"Tolerance.group_axes must be an int >= 1, got {self.group_axes!r}")
         if rows and (rows[0] != 0 or any(b < a for a, b in zip(rows, rows[1:]))):
             raise ValueError(f"Tolerance.group_rows must start at 0 and never decrease, got {rows[:8]}...")
+        if self.group_scale not in ("own", "whole"):
+            raise ValueError(f"Tolerance.group_scale must be 'own' or 'whole', got {self.group_scale!r}")
         object.__setattr__(self, "group_rows", rows)
 
 

@@ -378,8 +378,9 @@ def _element(out: Any, ref: Any, i: int, dtype: str) -> tuple[float, float]:
 
 
 def group_rel_l2(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, chunk: int = DEFAULT_CHUNK) -> Any:
-    """The relative L2 error of every group of `tol` (Tolerance.group_rows / group_axes), as a
-    [groups, width] float64 array on the output's device: row g is the g-th range of rows of
+    """The error of every group of `tol` (Tolerance.group_rows / group_axes) against its own
+    reference's norm or the whole reference's RMS (Tolerance.group_scale), as a [groups, width]
+    float64 array on the output's device: row g is the g-th range of rows of
     axis 0, column j the j-th index of axes 1 .. group_axes - 1 (flattened). Over the elements
     where output and reference are finite (check_output has rejected the rest before). Temporaries
     are bounded by `chunk` elements; one small reduction per range of rows. ValueError when the
@@ -410,10 +411,16 @@ def group_rel_l2(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, chunk: i
             rr = xp.where(fin_ref, r, 0.0)
         e2[a:b] = (d * d).sum(axis=-1)
         r2[a:b] = (rr * rr).sum(axis=-1)
+    counts = np.full(rows, inner, dtype=np.float64)
     if bounds:
         pairs = list(zip(bounds, bounds[1:]))
         e2 = xp.stack([e2[a:b].sum(axis=0) for a, b in pairs]) if pairs else xp.zeros((0, width))
         r2 = xp.stack([r2[a:b].sum(axis=0) for a, b in pairs]) if pairs else xp.zeros((0, width))
+        counts = np.array([(b - a) * inner for a, b in pairs], dtype=np.float64)
+    if getattr(tol, "group_scale", "own") == "whole":
+        n = xp.asarray(np.maximum(counts, 1.0))[:, None]
+        mean_sq = float(r2.sum()) / max(1, rows * width * inner)
+        return xp.sqrt(e2 / n / (mean_sq if mean_sq > 0 else 1.0))
     return xp.where(r2 > 0, xp.sqrt(e2 / xp.where(r2 > 0, r2, 1.0)), xp.sqrt(e2))
 
 
@@ -436,8 +443,10 @@ def _group_problem(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, name: str
     cols = [int(c) for c in np.unravel_index(j, tuple(int(s) for s in out.shape[1:tol.group_axes]))] \
         if tol.group_axes > 1 else []
     where = ", ".join([f"{a}:{b}", *(str(c) for c in cols)])
-    return worst, (f"{name}[{where}]: relative L2 error {_num(worst)} > {tol.group_rel_l2:g} within the group "
-                   f"({n_over} of {int(flat.size)} groups over; the whole output's is {_num(whole)})")
+    what = ("RMS error {} of the whole reference's RMS" if getattr(tol, "group_scale", "own") == "whole"
+            else "relative L2 error {} within the group").format(_num(worst))
+    return worst, (f"{name}[{where}]: {what} > {tol.group_rel_l2:g} "
+                   f"({n_over} of {int(flat.size)} groups over; the whole output's relative L2 error is {_num(whole)})")
 
 
 def check_output(out: Any, ref_f64: Any, tol: Tolerance, dtype: str, *, name: str = "out",

@@ -93,3 +93,30 @@ def test_sampled_checks_skip_the_groups():
     idx = np.array([0, 7, 4000])
     tol = _tol(group_rel_l2=0.05, group_axes=2, group_rows=ROWS)
     assert verify.check_sampled_output(out, idx, ref.reshape(-1)[idx], tol, "fp32", name="o").ok
+
+
+def test_whole_scale_holds_every_row_to_the_outputs_rms():
+    """group_scale = "whole": each (token, head) row's error RMS against the whole reference's
+    RMS. A row of tiny values with a large relative error passes; a wrong token of ordinary
+    magnitude fails, however long its sequence."""
+    ref = _o(6)
+    ref[10, 1] *= 1e-4                                               # a row of tiny outputs
+    out = ref.copy()
+    out[10, 1] *= 2.0                                                # 100 % off, but tiny
+    tol = _tol(group_rel_l2=0.1, group_axes=2, group_scale="whole")
+    assert not verify.check_output(dtypes.quantize(out, "fp32"), ref, _tol(group_rel_l2=0.1, group_axes=2),
+                                   "fp32", name="o").ok                # its own scale trips on it
+    res = verify.check_output(dtypes.quantize(out, "fp32"), ref, tol, "fp32", name="o")
+    assert res.ok and res.group_rel_l2 < 1e-3
+    out[700, 0] = 0.0                                                # a token never computed
+    res = verify.check_output(dtypes.quantize(out, "fp32"), ref, tol, "fp32", name="o")
+    assert not res.ok and res.message.startswith("o[700:701, 0]: RMS error") and "of the whole reference" in res.message
+    rel = verify.group_rel_l2(dtypes.quantize(out, "fp32"), ref, tol, "fp32")
+    assert rel.shape == (1000, 3)
+    want = np.sqrt((ref[700, 0] ** 2).mean() / (ref ** 2).mean())
+    assert rel[700, 0] == pytest.approx(want, rel=1e-6)
+    seg = _tol(group_rel_l2=0.1, group_axes=2, group_rows=ROWS, group_scale="whole")
+    r2 = verify.group_rel_l2(dtypes.quantize(out, "fp32"), ref, seg, "fp32")
+    assert r2.shape == (4, 3) and r2[2].tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="group_scale"):
+        _tol(group_rel_l2=0.1, group_scale="max")

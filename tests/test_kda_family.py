@@ -180,10 +180,53 @@ def test_kernel_args_name_buffers_of_the_case():
         assert (args[5] is None) == (not p["gate_in_kernel"])
 
 
-def test_index_encoding_round_trips():
+def test_cu_seqlens_is_an_int32_buffer():
+    case = FAMILY.make_case((5, 0, 7), 2)
+    ins, _ = FAMILY.io(case)
+    assert ins["cu_seqlens"].dtype == "int32" and dtypes.storage_dtype(ins["cu_seqlens"].dtype) == np.int32
+    a = FAMILY.make_inputs(case, np.random.default_rng(0), "flashkda")
+    assert a["cu_seqlens"].dtype == np.int32 and a["cu_seqlens"].tolist() == [0, 5, 5, 12]
     values = [0, 1, 5, 2**31 - 1]
-    enc = op.encode_index(values)
-    assert enc.dtype == np.float32 and op.decode_index(enc).tolist() == values
+    assert op.decode_index(op.index_array(values)).tolist() == values
+
+
+def test_group_tolerance_catches_one_wrong_token_the_global_test_misses():
+    """A bug on one token of one head (just after the sequence boundary, 50 % off) stays under o's global 5e-3 and fails its (token, head) row; bf16 rounding passes."""
+    case = FAMILY.make_case((600, 400), 16)
+    ins = FAMILY.make_inputs(case, np.random.default_rng(8), "flashkda")
+    r = FAMILY.reference(case, ins)
+    tol = FAMILY.tolerances(case)
+    assert tol["o"].group_scale == "whole" and tol["o"].group_rel_l2 == op.O_ROW_RMS
+    good = verify.check_output(dtypes.quantize(r["o"], "bf16"), r["o"], tol["o"], "bf16", name="o")
+    assert good.ok and good.group_rel_l2 < 0.02
+    ratio = np.sqrt((r["o"][600:620] ** 2).mean(axis=-1) / (r["o"] ** 2).mean())
+    tok, head = (int(i) for i in np.unravel_index(np.argmin(np.abs(ratio - 1.0)), ratio.shape))
+    tok += 600                                                       # a row of ordinary size
+    bad = r["o"].copy()
+    bad[tok, head] *= 1.5
+    stored = dtypes.quantize(bad, "bf16")
+    res = verify.check_output(stored, r["o"], tol["o"], "bf16", name="o")
+    assert res.rel_l2 < op.O_REL_RMS and not res.ok
+    assert res.message.startswith(f"o[{tok}:{tok + 1}, {head}]: RMS error")
+    st = verify.check_output(r["final_state"].astype(np.float32), r["final_state"], tol["final_state"], "fp32")
+    assert st.ok and st.group_rel_l2 < 1e-6
+
+
+def test_dispatch_key_is_state_and_recurrences():
+    key = FAMILY.dispatch_key()
+    assert [f.name for f in key.exact] == ["state"] and key.ordered.name == "recurrences"
+    assert key.columns == ("T", "H", "N", "state", "recurrences")
+    points = {c.id: key.point(c) for c in FAMILY.benchmark_cases("all")}
+    assert points["fixed/H96"].group == ("fp32",) and points["fixed/H96"].at == 96
+    assert points["mixed/H64"].at == 384 and points["uniform/H96"].at == 768
+    assert points["fixed/H64/state-bf16"].group == ("bf16",)
+    assert key.shape_of(FAMILY.benchmark_cases()[1].params) == "8192 x 96 x 6"
+    classes = {c.id: FAMILY.shape_class(c.params) for c in FAMILY.benchmark_cases()}
+    assert classes == {"fixed/H96": "fp32/few", "mixed/H96": "fp32/many", "uniform/H96": "fp32/many",
+                       "fixed/H64": "fp32/few", "mixed/H64": "fp32/many", "uniform/H64": "fp32/many"}
+    for c in FAMILY.check_cases():
+        p = c.params
+        assert (p["T"], p["N"], p["recurrences"]) == (sum(p["lens"]), len(p["lens"]), p["H"] * len(p["lens"]))
 
 
 def test_baselines_support_what_they_can_run():

@@ -18,7 +18,7 @@ cu_seqlens[i] .. cu_seqlens[i+1]. Buffers (bf16 carried as uint16 bits):
     q, k          [T, H, K] bf16                g      [T, H, K] bf16 raw (gate_in_kernel) or fp32
     v             [T, H, V] bf16                beta   [T, H] bf16
     A_log         [H] fp32 (gate_in_kernel)     dt_bias [H, K] fp32 (gate_in_kernel)
-    cu_seqlens    [N + 1] int32 (see INDEX_SPEC_DTYPE)
+    cu_seqlens    [N + 1] int32 (fitness.dtypes' index type)
     initial_state [N, H, V, K] ("vk", FlashKDA's layout, fla's state_v_first) or [N, H, K, V] ("kv")
     o             [T, H, V] bf16 (output)       final_state: like initial_state (output)
 
@@ -51,7 +51,7 @@ import numpy as np
 
 from fitness import dtypes
 from fitness.dtypes import array_module
-from fitness.family import Baseline, BufferSpec, Case, KernelFamily, Tolerance, import_sibling
+from fitness.family import Baseline, BufferSpec, Case, DispatchKey, KernelFamily, KeyField, Tolerance, import_sibling
 
 ref = import_sibling(__file__, "reference")
 _BASE = import_sibling(__file__, "baselines")
@@ -78,22 +78,29 @@ SMOKE_LAYOUTS: dict[str, tuple[int, ...]] = {      # the scenarios' shapes at 1/
 #: relative RMS error vs float64 (fla's and FlashKDA's measure): ||out - ref|| / ||ref||
 O_REL_RMS = 0.005
 STATE_REL_RMS = 0.006
-#: cu_seqlens is int32, but the judge's buffers are floating types (fitness.dtypes has no integer
-#: element type yet): its int32 bits travel in a float32 buffer of the same size, compared bit
-#: for bit like any input; kernels read it as const int*. encode_index / decode_index convert.
-INDEX_SPEC_DTYPE = "float32"
+#: and per group, against the whole reference's RMS (Tolerance.group_scale "whole"): every
+#: (token, head) row of o, every (sequence, head) state. A wrong token or a wrong sequence
+#: boundary is O(1) there, however big the case (one token of one head of fixed/H96 moves o's
+#: global relative RMS by ~1e-3, under the 5e-3 bound); kernel_model.py puts DEFAULT's worst row
+#: at 0.017 and all-bf16's at 0.023 over 25k rows (rows of the flashkda inputs reach ~7x o's RMS,
+#: and their bf16 rounding alone ~0.011), the worst state at 0.005.
+O_ROW_RMS = 0.1
+STATE_GROUP_RMS = 0.05
+#: SMs of the H100 / H200 (sm_90): fewer independent recurrences (H x N) than SMs leave SMs idle
+#: for a kernel of one CTA per (sequence, head), whose time is then the longest sequence's chain
+HOPPER_SMS = 132
 FLAG_BETA_SIGMOID, FLAG_QK_L2NORM, FLAG_STATE_KV = 1, 2, 4
 
 
-def encode_index(values: Sequence[int], xp: Any = np) -> Any:
-    """int32 values as the float32-typed array that carries their bits."""
-    return xp.asarray(np.asarray(values, dtype=np.int32)).view(xp.float32)
+def index_array(values: Sequence[int], xp: Any = np) -> Any:
+    """An int32 index buffer (cu_seqlens) on numpy or cupy."""
+    return xp.asarray(np.asarray(values, dtype=np.int32))
 
 
 def decode_index(array: Any) -> np.ndarray:
-    """The int32 values a cu_seqlens buffer carries (a host array)."""
+    """The values of a cu_seqlens buffer as a host int32 array."""
     host = array.get() if hasattr(array, "get") else np.asarray(array)
-    return np.ascontiguousarray(host).view(np.int32)
+    return np.ascontiguousarray(host, dtype=np.int32)
 
 
 class KDAOperation(KernelFamily):
@@ -128,7 +135,8 @@ class KDAOperation(KernelFamily):
             ("no-l2norm", not qk_l2norm), (f"lb{lower_bound:g}", lower_bound != LOWER_BOUND),
             (f"scale{scale:g}", not math.isclose(scale, float(K) ** -0.5)), (f"state-{layout}", layout != "vk"),
             (f"K{K}V{V}", (K, V) != (K_DIM, V_DIM))) if on)
-        params = {"lens": lens, "H": int(H), "K": int(K), "V": int(V), "state": state, "initial": bool(initial),
+        params = {"lens": lens, "T": sum(lens), "N": len(lens), "recurrences": int(H) * len(lens),
+                  "H": int(H), "K": int(K), "V": int(V), "state": state, "initial": bool(initial),
                   "final": bool(final), "gate_in_kernel": bool(gate_in_kernel), "beta_sigmoid": bool(beta_sigmoid),
                   "qk_l2norm": bool(qk_l2norm), "lower_bound": float(lower_bound), "scale": scale, "layout": layout}
         return Case(id=cid, params=params)
@@ -194,7 +202,7 @@ class KDAOperation(KernelFamily):
         if p["gate_in_kernel"]:
             ins["A_log"] = BufferSpec((H,), "float32")
             ins["dt_bias"] = BufferSpec((H, K), "float32")
-        ins["cu_seqlens"] = BufferSpec((N + 1,), INDEX_SPEC_DTYPE)
+        ins["cu_seqlens"] = BufferSpec((N + 1,), "int32")
         if p["initial"]:
             ins["initial_state"] = BufferSpec(state_shape, st)
         outs = {"o": BufferSpec((T, H, V), bf)}
@@ -260,7 +268,7 @@ class KDAOperation(KernelFamily):
                                                             p["lower_bound"]), "fp32")
         logits = dtypes.round_trip(normal((T, H), mean=1.0 if long else 0.0), bf)
         out["beta"] = dtypes.quantize(logits if p["beta_sigmoid"] else ref.sigmoid(logits), bf)
-        out["cu_seqlens"] = encode_index(np.concatenate([[0], np.cumsum(lens)]), xp)
+        out["cu_seqlens"] = index_array(np.concatenate([[0], np.cumsum(lens)]), xp)
         if p["initial"]:
             ins, _ = self.io(case)
             out["initial_state"] = dtypes.quantize(normal(tuple(ins["initial_state"].shape)), p["state"])
@@ -306,11 +314,15 @@ class KDAOperation(KernelFamily):
     def tolerances(self, case: Case) -> dict[str, Tolerance]:
         """Relative RMS error vs float64 (DESIGN.md): o <= 0.005, final state <= 0.006, through
         the judge's relative L2 test (||err|| / ||ref|| is the relative RMS error). The
-        elementwise test is off (atol = inf): the outputs' scale depends on the inputs, and an
-        elementwise bound tight enough to matter would have to be relative to it."""
-        tol = {"o": Tolerance(atol=math.inf, rtol=0.0, rel_l2=O_REL_RMS)}
+        elementwise test is off (atol = inf): the outputs' scale depends on the inputs. What it
+        would have caught, a few wrong values in a big output, the group test catches: every
+        (token, head) row of o within O_ROW_RMS of o's RMS, every (sequence, head) final state
+        within STATE_GROUP_RMS of the states' RMS (group_scale "whole", see O_ROW_RMS)."""
+        tol = {"o": Tolerance(atol=math.inf, rtol=0.0, rel_l2=O_REL_RMS, group_rel_l2=O_ROW_RMS, group_axes=2,
+                              group_scale="whole")}
         if case.params["final"]:
-            tol["final_state"] = Tolerance(atol=math.inf, rtol=0.0, rel_l2=STATE_REL_RMS)
+            tol["final_state"] = Tolerance(atol=math.inf, rtol=0.0, rel_l2=STATE_REL_RMS, group_rel_l2=STATE_GROUP_RMS,
+                                           group_axes=2, group_scale="whole")
         return tol
 
     def bytes_moved(self, case: Case) -> int:
@@ -329,6 +341,25 @@ class KDAOperation(KernelFamily):
     # -- baselines ------------------------------------------------------------------------
     def baselines(self) -> list[Baseline]:
         return _BASE.baselines()
+
+    # -- how results are keyed -------------------------------------------------------------
+    def dispatch_key(self) -> DispatchKey:
+        """One table per state dtype (its own kernel entry), ranges over the number of
+        independent recurrences H x N. Why these: every other option of a case (layout, gate,
+        beta, L2 norm, initial/final) is a runtime flag of the same kernel; what changes the best
+        kernel's structure is how much parallel work there is. A kernel of one CTA per
+        (sequence, head) runs in max(longest chain, total work / SMs): with H x N below the SM
+        count (fixed/H64: 64 recurrences on 132 SMs) the chain decides and splitting sequences
+        over CTAs pays, above it the work does. H x N is known from the shapes alone (q's H,
+        cu_seqlens' length), so an exported dispatch needs no device-to-host read of cu_seqlens.
+        Cases are shown as T x H x N."""
+        return DispatchKey(exact=(KeyField("state"),), ordered=KeyField("recurrences", "H x N"), shape=("T", "H", "N"))
+
+    def shape_class(self, params: Mapping[str, Any]) -> str:
+        """State dtype and "few" (H x N below the SM count: chain-bound) or "many" recurrences,
+        e.g. "fp32/few" for fixed/H96 and fixed/H64, "fp32/many" for the mixed and uniform ones."""
+        few = int(params["recurrences"]) < HOPPER_SMS
+        return f"{dtypes.canonical(params['state'])}/{'few' if few else 'many'}"
 
 
 def flags(case: Case) -> int:
@@ -353,6 +384,6 @@ def _shape(case: Case) -> tuple[tuple[int, ...], int, int, int]:
     return tuple(int(n) for n in p["lens"]), int(p["H"]), int(p.get("K", K_DIM)), int(p.get("V", V_DIM))
 
 
-__all__ = ["DISTRIBUTIONS", "FLAG_BETA_SIGMOID", "FLAG_QK_L2NORM", "FLAG_STATE_KV", "INDEX_SPEC_DTYPE", "KDAOperation", "K_DIM", "LOWER_BOUND", "O_REL_RMS",
-           "SCENARIO_HEADS", "SCENARIO_LAYOUTS", "STATE_REL_RMS", "V_DIM", "decode_index", "encode_index", "flags",
-           "layout_name"]
+__all__ = ["DISTRIBUTIONS", "FLAG_BETA_SIGMOID", "FLAG_QK_L2NORM", "FLAG_STATE_KV", "HOPPER_SMS", "KDAOperation", "K_DIM",
+           "LOWER_BOUND", "O_REL_RMS", "O_ROW_RMS", "SCENARIO_HEADS", "SCENARIO_LAYOUTS", "STATE_GROUP_RMS", "STATE_REL_RMS",
+           "V_DIM", "decode_index", "flags", "index_array", "layout_name"]

@@ -42,38 +42,39 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--family", help="only this family")
     s.add_argument("--class", dest="shape_class", help="only this shape class")
     e = lsub.add_parser("export", help="write the newest lessons of a store as JSON ([search.lessons] source reads it)")
-    e.add_argument("--store", required=True, metavar="URL")
-    e.add_argument("--out", required=True, metavar="FILE.json")
+    e.add_argument("--store", required=True, metavar="URL", help="the store the lessons were built into")
+    e.add_argument("--out", required=True, metavar="FILE.json", help="the JSON file to write")
     e.add_argument("--family", help="only this family")
 
     sl = sub.add_parser("slice", help="a densely recorded slice (strategy = 'grid'): plan it, export it for Kernel "
                         "Tuner, race strategies on it, measure a warm start")
     ssub = sl.add_subparsers(dest="slice_command", required=True, metavar="ACTION")
     p = ssub.add_parser("plan", help="a grid config's sub-space: size, valid genomes and GPU cost")
-    p.add_argument("config")
+    p.add_argument("config", help="an experiment config with strategy = 'grid' ([search.grid])")
     p.add_argument("--costs", metavar="RECORDING", help="a recorded GPU run whose per-candidate stage seconds "
                    "estimate the cost (results/rejudge/rejudge_run.json.gz)")
     p.add_argument("--call-s", type=float, default=600.0, help="seconds of one device call (default 600)")
     p.add_argument("--startup-s", type=float, default=60.0, help="seconds a call spends before its first genome")
     k = ssub.add_parser("export-kt", help="write the slice in Kernel Tuner's cache format")
     k.add_argument("slice", metavar="SLICE", help="the slice's recording (run directory, dump or URL#RUN_ID)")
-    k.add_argument("--out", required=True, metavar="CACHE.json")
+    k.add_argument("--out", required=True, metavar="CACHE.json", help="Kernel Tuner cache file to write")
     k.add_argument("--class", dest="shape_class", help="one shape class (default: the slice's objective)")
     r = ssub.add_parser("race", help="our strategies and Kernel Tuner's on the slice, equal budgets, many seeds")
-    r.add_argument("slice", metavar="SLICE")
+    r.add_argument("slice", metavar="SLICE", help="the slice's recording (run directory, dump or URL#RUN_ID)")
     r.add_argument("--out", required=True, metavar="PREFIX", help="writes PREFIX.json, PREFIX.md and PREFIX.png")
-    r.add_argument("--seeds", type=int, default=20)
+    r.add_argument("--seeds", type=int, default=20, help="searches per strategy, one seed each (default 20)")
     r.add_argument("--budget", type=int, help="evaluations per search (default: 10 %% of the slice)")
     r.add_argument("--lessons", metavar="LESSONS", help="lessons for ga+lessons (a store URL or export file of "
                    "an earlier recording; without it ga+lessons is left out)")
     r.add_argument("--kt-rest", default=",".join(_kt_rest()), help="Kernel Tuner strategies whose best joins "
                    "the named four")
     w = ssub.add_parser("warm-start", help="lessons built without one shape class warm-start a run on it")
-    w.add_argument("slice", metavar="SLICE")
-    w.add_argument("--out", required=True, metavar="PREFIX")
-    w.add_argument("--holdout", required=True, metavar="CLASS")
-    w.add_argument("--seeds", type=int, default=10)
-    w.add_argument("--budget", type=int)
+    w.add_argument("slice", metavar="SLICE", help="the slice's recording (run directory, dump or URL#RUN_ID)")
+    w.add_argument("--out", required=True, metavar="PREFIX", help="writes PREFIX.json, PREFIX.md and PREFIX.png")
+    w.add_argument("--holdout", required=True, metavar="CLASS", help="the shape class the lessons leave out and "
+                   "the runs are measured on")
+    w.add_argument("--seeds", type=int, default=10, help="cold and warm runs, one seed each (default 10)")
+    w.add_argument("--budget", type=int, help="evaluations per run (default: 10 %% of the class, at least 20)")
 
 
 def _kt_rest() -> tuple[str, ...]:

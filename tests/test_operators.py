@@ -405,8 +405,10 @@ def test_operators_import_only_allowed_packages():
     import ast
     import pathlib
     import sys
-    # the LLM operator's client (optional extra `llm`, imported only for a live endpoint)
-    allowed = {"genomes", "fitness", "deap", "numpy", "operators", "__future__", "openai"}
+    # the LLM operator's client (optional extra `llm`, imported only for a live endpoint), and the
+    # gradient-boosted-trees surrogate's scikit-learn with its thread limiter threadpoolctl (optional
+    # extra `lessons`, imported only when a tree surrogate is asked for)
+    allowed = {"genomes", "fitness", "deap", "numpy", "operators", "__future__", "openai", "sklearn", "threadpoolctl"}
     stdlib_ok = set(sys.stdlib_module_names)      # never `evo`: nothing below the engine imports it
     for path in pathlib.Path(op.__file__).parent.glob("*.py"):
         tree = ast.parse(path.read_text())

@@ -102,7 +102,7 @@ def test_script_verifies_times_and_writes_the_table(tmp_path):
     mod = _script()
     backend = NumpyBackend()
     prefix = tmp_path / "kda"
-    rc = mod.main(["--out", str(prefix), "--cases", "fixed,uniform", "--reps", "3",
+    rc = mod.main(["--out", str(prefix), "--cases", "fixed,uniform", "--reps", "3", "--cross-check-heads", "1",
                    "--warmup", "1", "--seed", "5", "--no-do-bench", "--baselines", "flashkda,fla,never,absent"],
                   backend=backend, family=FakeFamily())
     assert rc == 0
@@ -110,13 +110,16 @@ def test_script_verifies_times_and_writes_the_table(tmp_path):
     assert [r["case"] for r in report["scenarios"]] == ["tiny-fixed/H2", "tiny-uniform/H2"]
     first = report["scenarios"][0]
     assert set(first["recurrent_check"]) == {"flashkda", "long_memory"}
+    assert first["recurrent_check"]["long_memory"]["heads"] == 1
     assert first["recurrent_check"]["long_memory"]["o_rel_diff"] < 1e-12
+    assert first["recurrent_check"]["flashkda"]["final_state_rel_diff"] < 1e-12
     assert "recurrent_check" not in report["scenarios"][1]
     for row in report["scenarios"]:
         b = row["baselines"]
         assert b["flashkda"]["status"] == "ok" and b["flashkda"]["samples"] == 3
         for d in ("flashkda", "long_memory"):
             assert b["flashkda"]["checks"][d]["ok"] and b["flashkda"]["checks"][d]["o_rel_rms"] < 2e-3
+            assert b["flashkda"]["checks"][d]["o_row_rms"] < 0.05 and b["fla"]["checks"][d]["o_row_rms"] is None
             assert not b["fla"]["checks"][d]["ok"] and abs(b["fla"]["checks"][d]["o_rel_rms"] - 0.1) < 2e-3
         assert b["flashkda"]["after_timing"]["ok"] and not b["fla"]["after_timing"]["ok"]
         assert b["never"]["status"] == "unsupported" and "median_ms" not in b["never"]
@@ -125,3 +128,29 @@ def test_script_verifies_times_and_writes_the_table(tmp_path):
     assert backend.flushes == 2 * 2 * (3 + 1)               # 2 scenarios x 2 timed baselines x rounds
     table = prefix.with_suffix(".md").read_text()
     assert "| tiny-fixed/H2 |" in table and "FAIL" in table
+
+
+def test_partial_results_are_written_after_every_scenario_and_no_cross_check_by_default(tmp_path):
+    """The JSON and the table exist after the first scenario (a call that runs out of time keeps
+    them); references are made once per (scenario, distribution) and dropped after it."""
+    mod = _script()
+    seen = []
+
+    class Watching(FakeFamily):
+        def reference(self, case, inputs, **kw):
+            seen.append(case.id)
+            return FAMILY.reference(case, inputs, **kw)
+
+        def baselines(self):
+            def exact(case, dev):
+                assert (tmp_path / "kda.md").is_file() == (case.id != "tiny-fixed/H2")
+                return _exact(case, dev)
+            return [Baseline("flashkda", lambda: True, exact)]
+
+    prefix = tmp_path / "kda"
+    assert mod.main(["--out", str(prefix), "--cases", "fixed,mixed", "--reps", "2", "--warmup", "0", "--seed", "1",
+                     "--no-do-bench", "--baselines", "flashkda"], backend=NumpyBackend(), family=Watching()) == 0
+    report = json.loads(prefix.with_suffix(".json").read_text())
+    assert all("recurrent_check" not in r for r in report["scenarios"])
+    # one chunked reference per (scenario, distribution) (the fake adapter makes its own elsewhere)
+    assert seen == ["tiny-fixed/H2"] * 2 + ["tiny-mixed/H2"] * 2

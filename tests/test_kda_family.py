@@ -3,6 +3,7 @@ roofline, baselines' case support and FlashKDA's build options. CPU only, small 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
@@ -261,3 +262,24 @@ def test_flashkda_checkout_and_build_options(tmp_path, monkeypatch):
     assert opts["extra_include_paths"] == [str(root / "cutlass" / "include"), str(root / "csrc")]
     flags = " ".join(opts["extra_cuda_cflags"])
     assert "arch=compute_90a,code=sm_90a" in flags and "--expt-relaxed-constexpr" in flags
+
+
+def test_prebuilt_flashkda_stands_in_for_the_checkout(tmp_path, monkeypatch):
+    """EVO_FLASHKDA_PREBUILT: a carried build is used without the checkout; one that did not
+    arrive says so instead of falling back to a build; the commit comes from the environment."""
+    monkeypatch.setenv("EVO_FLASHKDA_ROOT", str(tmp_path / "none"))
+    monkeypatch.delenv(peers.PREBUILT_ENV, raising=False)
+    monkeypatch.delenv("EVO_FLASHKDA_COMMIT", raising=False)
+    assert peers.prebuilt() is None and peers.commit() is None
+    monkeypatch.setenv(peers.PREBUILT_ENV, str(tmp_path / "tx" / "flashkda_peer_C.so"))
+    with pytest.raises(FileNotFoundError, match="did not arrive"):
+        peers.prebuilt()
+    assert "did not arrive" in peers.missing() and not peers.flashkda_available()
+    so = tmp_path / "flashkda_peer_C.so"
+    so.write_bytes(b"\x7fELF")
+    monkeypatch.setenv(peers.PREBUILT_ENV, str(so))
+    assert peers.prebuilt() == so
+    has_torch = importlib.util.find_spec("torch") is not None
+    assert peers.flashkda_available() == has_torch and (peers.missing() == "") == has_torch
+    monkeypatch.setenv("EVO_FLASHKDA_COMMIT", "1ce47ea\n")
+    assert peers.commit() == "1ce47ea"

@@ -14,6 +14,13 @@ between processes. The module's `fwd(q, k, v, g, beta, scale, out, workspace, A_
 lower_bound, initial_state=None, final_state=None, cu_seqlens=None)` and
 `get_workspace_size(T_total, H, N)` are FlashKDA's C++ API (its Python `flash_kda.fwd` only
 allocates the workspace before calling it).
+
+A build made earlier (on the same machine image: same torch, same CUDA) can stand in for the
+checkout: `EVO_FLASHKDA_PREBUILT` names its `flashkda_peer_C.so` (experiments/device/
+kda_peers_build.sh unpacks the tarball of a TORCH_EXTENSIONS_DIR and sets it). It is imported as
+it is, after torch, without the checkout and without ninja deciding from file times whether to
+rebuild (a carried tree's times are the copy's, newer than the build's objects). Its commit, when
+known, is in `EVO_FLASHKDA_COMMIT` (or the checkout's `.commit`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _DEFAULT_ROOT = _PROJECT_ROOT / ".peers" / "FlashKDA"
 MODULE_NAME = "flashkda_peer_C"
+PREBUILT_ENV = "EVO_FLASHKDA_PREBUILT"
 ARCH = "90a"
 #: FlashKDA's setup.py nvcc flags (less its arch detection: sm_90a here)
 NVCC_FLAGS = (
@@ -53,13 +61,49 @@ def cutlass_root(root: Path | None = None) -> Path | None:
     return path if path is not None and (path / "include" / "cute" / "tensor.hpp").is_file() else None
 
 
+def prebuilt() -> Path | None:
+    """The prebuilt extension named by EVO_FLASHKDA_PREBUILT, or None (unset). A path that is
+    set but missing is an error (FileNotFoundError): a carried build that did not arrive should
+    say so, not fall back to a minutes-long build."""
+    env = os.environ.get(PREBUILT_ENV)
+    if not env:
+        return None
+    path = Path(env)
+    if not path.is_file():
+        raise FileNotFoundError(f"{PREBUILT_ENV}={env} is not a file (the FlashKDA build did not arrive)")
+    return path
+
+
+def commit() -> str | None:
+    """FlashKDA's commit: EVO_FLASHKDA_COMMIT, else the checkout's .commit marker, else None."""
+    env = os.environ.get("EVO_FLASHKDA_COMMIT")
+    if env:
+        return env.strip()
+    root = flashkda_root()
+    marker = root / ".commit" if root is not None else None
+    return marker.read_text().strip() if marker is not None and marker.is_file() else None
+
+
 def flashkda_available() -> bool:
-    """A checkout and its CUTLASS are there and torch can be imported (checked without importing it)."""
-    return flashkda_root() is not None and cutlass_root() is not None and importlib.util.find_spec("torch") is not None
+    """A prebuilt extension, or a checkout and its CUTLASS, and torch importable (checked
+    without importing it)."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    try:
+        if prebuilt() is not None:
+            return True
+    except FileNotFoundError:
+        return False
+    return flashkda_root() is not None and cutlass_root() is not None
 
 
 def missing() -> str:
-    """Why FlashKDA cannot be built here ('' when it can)."""
+    """Why FlashKDA cannot be built or loaded here ('' when it can)."""
+    try:
+        if prebuilt() is not None:
+            return "" if importlib.util.find_spec("torch") is not None else "torch is not importable"
+    except FileNotFoundError as exc:
+        return str(exc)
     root = flashkda_root()
     if root is None:
         return f"no FlashKDA checkout: set EVO_FLASHKDA_ROOT or put github.com/MoonshotAI/FlashKDA in {_DEFAULT_ROOT}"
@@ -87,15 +131,37 @@ def build_options(root: Path, cutlass: Path) -> dict[str, Any]:
     }
 
 
+def load_prebuilt(path: Path) -> Any:
+    """Import the extension module at `path` (torch first: the module links its libraries)."""
+    import importlib.machinery  # noqa: PLC0415
+
+    import torch  # noqa: F401, PLC0415 - loads libtorch / libc10 the extension links
+
+    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, str(path), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    for name in ("fwd", "get_workspace_size"):
+        if not hasattr(module, name):
+            raise RuntimeError(f"{path} is no FlashKDA build: it has no {name}()")
+    sys.modules[MODULE_NAME] = module
+    return module
+
+
 def flashkda() -> Any:
-    """FlashKDA's extension module, built at the first call in a process (minutes; cached on
-    disk by torch under TORCH_EXTENSIONS_DIR), then taken from sys.modules."""
+    """FlashKDA's extension module: the prebuilt one (EVO_FLASHKDA_PREBUILT), or built at the
+    first call in a process (minutes; cached on disk by torch under TORCH_EXTENSIONS_DIR), then
+    taken from sys.modules."""
     module = sys.modules.get(MODULE_NAME)
     if module is not None:
         return module
     why = missing()
     if why:
         raise RuntimeError(why)
+    path = prebuilt()
+    if path is not None:
+        return load_prebuilt(path)
     root = flashkda_root()
     assert root is not None
     cutlass = cutlass_root(root)
@@ -108,5 +174,5 @@ def flashkda() -> Any:
     return load(**build_options(root, cutlass))
 
 
-__all__ = ["MODULE_NAME", "NVCC_FLAGS", "build_options", "cutlass_root", "flashkda", "flashkda_available",
-           "flashkda_root", "missing"]
+__all__ = ["MODULE_NAME", "NVCC_FLAGS", "PREBUILT_ENV", "build_options", "commit", "cutlass_root", "flashkda",
+           "flashkda_available", "flashkda_root", "load_prebuilt", "missing", "prebuilt"]

@@ -257,3 +257,29 @@ def test_baselines_are_declared_and_lazy():
     assert all(names[n].objective for n in ("torch", "quack", "liger", "int21"))
     for b in names.values():
         assert isinstance(b.available(), bool)
+
+
+def test_torch_baseline_in_place_gives_the_formulas_bits_and_the_reference():
+    """The torch baseline (in place, to keep its reserved memory at three M x N fp32 tensors: the
+    judge verifies the next 2**31-element case before torch's cache is released) computes the
+    same bits as the out-of-place formula, within tolerance of the float64 reference, and leaves
+    its inputs alone. Runs where torch is importable (CPU tensors)."""
+    torch = pytest.importorskip("torch")
+    for dt in ("bf16", "fp16", "fp32"):
+        case = FAMILY.make_case(37, 1000, dt)
+        inp = _inputs(case, seed=5, dist="wide")
+        before = {k: v.copy() for k, v in inp.items()}
+        run = OP._prepare_torch(case, inp)
+        got = run.as_outputs(run())
+        x, w, dy, rstd = OP._tensors(case, inp)
+        want = run.as_outputs(OP.torch_formula_reference(x, w, dy, rstd))
+        for name in ("dx", "dw"):
+            assert np.array_equal(np.asarray(got[name]), np.asarray(want[name])), (dt, name)
+        ref = FAMILY.reference(case, inp)
+        tols = FAMILY.tolerances(case)
+        dx = np.asarray(got["dx"]).view(dtypes.storage_dtype(dt))
+        assert verify.check_output(dx, ref["dx"], tols["dx"], dt).ok, dt
+        assert verify.check_output(np.asarray(got["dw"]), ref["dw"], tols["dw"], "fp32").ok, dt
+        for k in inp:
+            assert np.array_equal(inp[k], before[k]), (dt, k)
+    del torch

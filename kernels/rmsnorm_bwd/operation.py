@@ -319,18 +319,38 @@ def _outputs(case: Case) -> Callable[[Any], dict[str, Any]]:
 
 def _prepare_torch(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun:
     """The backward formula in eager torch (fp32 math, dx rounded once), as INT21's own reference
-    and any PyTorch training step without a fused kernel computes it."""
+    and any PyTorch training step without a fused kernel computes it.
+
+    The same operations in the same order as `torch_formula_reference` (so the same bits), but
+    with in-place updates: at most three M x N fp32 tensors live at once instead of five. At the
+    2**31-element benchmark cases an fp32 tensor is 8.6 GB and torch's caching allocator keeps
+    its peak reserved after the call; the judge verifies the next case (its float64 reference
+    alone is 17 GB) before it releases torch's cache, so the formula's peak is taken from the
+    next case's verification (the out-of-place formula's five reserved 8.6 GB tensors were the
+    largest share of what the judge's verification of 16384 x 131072 could not get)."""
     torch = _torch()
     torch.set_grad_enabled(False)
     x, w, dy, rstd = _tensors(case, device_inputs)
+    r = rstd.unsqueeze(1)
 
     def run():
-        xhat = x.float() * rstd.unsqueeze(1)
-        wdy = dy.float() * w
-        c = (xhat * wdy).mean(dim=1, keepdim=True)
-        return ((wdy - xhat * c) * rstd.unsqueeze(1)).to(x.dtype), (dy.float() * xhat).sum(dim=0)
+        xhat = x.float() * r                              # 1 (x.float() is x itself for fp32)
+        dyf = dy.to(torch.float32, copy=True)             # 2 (a copy: updated in place below)
+        dw = (dyf * xhat).sum(dim=0)                      # 3 (temporary)
+        wdy = dyf.mul_(w)
+        c = (xhat * wdy).mean(dim=1, keepdim=True)        # 3 (temporary)
+        return wdy.sub_(xhat.mul_(c)).mul_(r).to(x.dtype), dw
 
     return BaselineRun(run, _outputs(case))
+
+
+def torch_formula_reference(x: Any, w: Any, dy: Any, rstd: Any) -> tuple[Any, Any]:
+    """The torch baseline's formula written out of place (what `_prepare_torch` computes in
+    place), for the test that both give the same bits."""
+    xhat = x.float() * rstd.unsqueeze(1)
+    wdy = dy.float() * w
+    c = (xhat * wdy).mean(dim=1, keepdim=True)
+    return ((wdy - xhat * c) * rstd.unsqueeze(1)).to(x.dtype), (dy.float() * xhat).sum(dim=0)
 
 
 def _prepare_quack(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun | None:

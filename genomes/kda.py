@@ -32,4 +32,13 @@ SPACE = SPACE_V1
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3)
 DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True))
 
-__all__ = ["DEFAULT", "SPACE", "SPACES", "SPACE_V1"]
+#: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
+#: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
+#: o ~4e-3, measured 3.5-4.3e-3 on the H200 in session 11)
+NAMED = {
+    "default": DEFAULT,
+    "all-split": SPACE.make(dict(DEFAULT, split_w=True)),
+    "all-bf16": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False)),
+}
+
+__all__ = ["DEFAULT", "NAMED", "SPACE", "SPACES", "SPACE_V1"]

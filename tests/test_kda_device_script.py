@@ -154,3 +154,51 @@ def test_partial_results_are_written_after_every_scenario_and_no_cross_check_by_
     assert all("recurrent_check" not in r for r in report["scenarios"])
     # one chunked reference per (scenario, distribution) (the fake adapter makes its own elsewhere)
     assert seen == ["tiny-fixed/H2"] * 2 + ["tiny-mixed/H2"] * 2
+
+
+def test_peers_build_restores_flashkda_and_tritons_cache_and_saves_the_cache(tmp_path):
+    """kda_peers_build.sh: the carried FlashKDA build is unpacked and named by
+    EVO_FLASHKDA_PREBUILT (with its commit); Triton's cache is restored from a carried archive or
+    its parts; kda_triton_save writes it back without the intermediate IR, in 15 MiB parts when
+    larger (a returned file is at most 16 MiB)."""
+    import os
+    import subprocess
+    import tarfile
+
+    repo, tx, tc, out = tmp_path / "repo", tmp_path / "tx", tmp_path / "triton", tmp_path / "out"
+    (repo / ".peers").mkdir(parents=True)
+    build = tmp_path / "build" / "flashkda_peer_C"
+    build.mkdir(parents=True)
+    (build / "flashkda_peer_C.so").write_bytes(b"\x7fELF")
+    with tarfile.open(repo / ".peers" / "flashkda_ext.tgz", "w:gz") as t:
+        t.add(build, arcname="flashkda_peer_C")
+    (repo / ".peers" / "flashkda_ext.commit").write_text("1ce47ea\n")
+    cache = tmp_path / "cache"
+    (cache / "AB").mkdir(parents=True)
+    (cache / "AB" / "k.cubin").write_bytes(b"cubin")
+    (cache / "AB" / "k.ttgir").write_text("ir")
+    (cache / "CD").mkdir()
+    (cache / "CD" / "chunk_kda.autotune.json").write_text("{}")
+    (cache / "CD" / "big.cubin").write_bytes(np.random.default_rng(0).bytes(16 * 1024 * 1024))
+    parts = subprocess.run(f"tar -C {cache} -czf - . | split -b 15M -d -a 1 - {repo}/.peers/fla_triton.tgz.part",
+                           shell=True, capture_output=True, text=True)
+    assert parts.returncode == 0, parts.stderr
+    script = f"""
+        export TORCH_EXTENSIONS_DIR={tx} TRITON_CACHE_DIR={tc} OUT={out}
+        . {REPO}/experiments/device/kda_peers_build.sh
+        echo "PREBUILT=$EVO_FLASHKDA_PREBUILT COMMIT=$EVO_FLASHKDA_COMMIT"
+        kda_triton_save
+    """
+    res = subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True,
+                         env={**os.environ, "PATH": os.environ.get("PATH", "")})
+    assert res.returncode == 0, res.stderr
+    assert "FlashKDA build restored" in res.stdout and "Triton cache restored from parts" in res.stdout
+    assert f"PREBUILT={tx}/flashkda_peer_C/flashkda_peer_C.so COMMIT=1ce47ea" in res.stdout
+    assert "Triton cache: 1 autotune results, 2 kernels" in res.stdout
+    saved = sorted(p.name for p in out.iterdir())
+    assert saved == ["fla_triton.tgz.part0", "fla_triton.tgz.part1"]
+    joined = tmp_path / "joined.tgz"
+    joined.write_bytes(b"".join((out / n).read_bytes() for n in saved))
+    with tarfile.open(joined) as t:
+        names = sorted(m.name.removeprefix("./") for m in t.getmembers() if m.isfile())
+    assert names == ["AB/k.cubin", "CD/big.cubin", "CD/chunk_kda.autotune.json"]      # no .ttgir

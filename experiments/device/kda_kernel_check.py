@@ -28,13 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from fitness import dtypes  # noqa: E402
 from fitness.family import load_family  # noqa: E402
-from genomes.kda import DEFAULT, SPACE  # noqa: E402
-
-GENOMES = {
-    "default": DEFAULT,
-    "all-split": SPACE.make(dict(DEFAULT, split_w=True)),
-    "all-bf16": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False)),
-}
+from genomes.kda import NAMED as GENOMES  # noqa: E402
 
 
 def where_wrong(out: np.ndarray, ref: np.ndarray, name: str, case: Any) -> dict[str, Any]:

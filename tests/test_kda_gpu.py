@@ -51,8 +51,13 @@ def test_baseline_within_tolerance(cp, name):
         pytest.skip(f"{name} is not available here")
     checked = 0
     dist = FAMILY.distributions[0]
-    for i, case in enumerate(FAMILY.benchmark_cases("smoke") + [c for c in FAMILY.check_cases()
-                                                              if 0 not in c.params["lens"]]):
+    cases = FAMILY.benchmark_cases("smoke") + [c for c in FAMILY.check_cases() if 0 not in c.params["lens"]]
+    if name == "fla":
+        # fla compiles and autotunes its Triton kernels for every H it meets (~100 s each on a
+        # fresh machine, session 11): one H here (the smoke matrix's), the six scenarios' two in
+        # experiments/device/kda_fwd_table.py
+        cases = [c for c in cases if c.params["H"] == FAMILY.benchmark_cases("smoke")[0].params["H"]]
+    for i, case in enumerate(cases):
         _, outs = FAMILY.io(case)
         tols = FAMILY.tolerances(case)
         dev = FAMILY.make_inputs(case, cp.random.RandomState(100 + i), dist, xp=cp)
@@ -68,14 +73,14 @@ def test_baseline_within_tolerance(cp, name):
                                       dtypes.canonical(outs[out].dtype), name=out)
             assert res.ok, f"{name} on {case.id} ({dist}): {res.message}"
         checked += 1
-    assert checked >= 6
+    assert checked >= (4 if name == "fla" else 6)
 
 
-def _judge(genomes, matrix, tmp_path):
+def _judge(genomes, matrix, tmp_path, baselines=("flashkda", "fla")):
     from fitness.gpu_evaluator import GPUEvaluator
     from genomes import load_space
 
-    with GPUEvaluator(FAMILY, load_space("kda"), matrix=matrix, baseline="flashkda", baselines=["flashkda", "fla"],
+    with GPUEvaluator(FAMILY, load_space("kda"), matrix=matrix, baseline="flashkda", baselines=list(baselines),
                       workers=None, timeout_s=600, cache_dir=tmp_path / "compile") as evaluator:
         return evaluator.evaluate_in_full(genomes)
 
@@ -100,11 +105,12 @@ def _assert_all_ok(genomes, evaluations):
 
 def test_template_passes_the_judge_on_check_and_smoke_cases(tmp_path, cp):
     """render -> nvcc -> static checks -> CHECK (every check case, both distributions, twice,
-    poisoned outputs, guards) -> BENCH on the smoke matrix beside FlashKDA and fla."""
-    from genomes.kda import DEFAULT, SPACE
+    poisoned outputs, guards, the group test) -> BENCH on the smoke matrix beside FlashKDA (fla's
+    Triton compile for H = 4 would cost ~100 s of a fresh machine; the table script times it)."""
+    from genomes.kda import NAMED
 
-    genomes = [DEFAULT, SPACE.make(dict(DEFAULT, split_w=True))]      # the all-bf16 genome models at ~4.4e-3
-    _assert_all_ok(genomes, _judge(genomes, "smoke", tmp_path))
+    genomes = [NAMED["default"], NAMED["all-split"]]      # the all-bf16 genome models at ~4.4e-3
+    _assert_all_ok(genomes, _judge(genomes, "smoke", tmp_path, baselines=("flashkda",)))
 
 
 @pytest.mark.slow

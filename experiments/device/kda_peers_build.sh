@@ -61,18 +61,19 @@ fi
 
 # Triton's cache into $OUT: fla_triton.tgz without the intermediate IR (ttir, ttgir, llir,
 # source: the cubins, PTX, metadata and autotune results are what a cache hit reads), split into
-# 15 MiB parts when larger (a returned file is at most 16 MiB, a call returns at most 8), the
-# autotune results alone when over 3 parts. Copy them into .peers/ here and carry them next time.
+# 15 MiB parts when larger (a returned file is at most 16 MiB), the autotune results alone when
+# over 2 parts: a call carries 64 MiB, and the tree (~15 MiB), .whl (7 MiB) and the FlashKDA
+# build (7 MiB) leave room for two. Copy them into .peers/ here and carry them next time.
 kda_triton_save() {
     [ -d "$TRITON_CACHE_DIR" ] || return 0
     mkdir -p "$OUT"
     tar -C "$TRITON_CACHE_DIR" --exclude='*.ttir' --exclude='*.ttgir' --exclude='*.llir' --exclude='*.source' \
         -czf /tmp/fla_triton.tgz .
     local size; size=$(stat -c %s /tmp/fla_triton.tgz)
-    if [ "$size" -gt $((45 * 1024 * 1024)) ]; then     # more than 3 parts: the autotune results alone
+    if [ "$size" -gt $((30 * 1024 * 1024)) ]; then     # more than 2 parts: the autotune results alone
         (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' -print0 | tar -czf /tmp/fla_triton.tgz --null -T -)
         size=$(stat -c %s /tmp/fla_triton.tgz)
-        echo "Triton cache over 45 MiB compressed: saving the autotune results only (kernels compile again, once each)"
+        echo "Triton cache over 30 MiB compressed: saving the autotune results only (kernels compile again, once each)"
     fi
     if [ "$size" -gt $((15 * 1024 * 1024)) ]; then
         split -b 15M -d -a 1 /tmp/fla_triton.tgz "$OUT/fla_triton.tgz.part"

@@ -1,4 +1,5 @@
-"""Gene space of the KDA forward family (kernels/kda/template.cu), v1: the first template's settings.
+"""Gene space of the KDA forward family (kernels/kda/template.cu): v1 the first template's settings,
+v2 adds the order in which the CTAs take the sequences.
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -25,20 +26,32 @@ SPACE_V1 = GeneSpace(
         Flag("split_intra", group="precision", doc="kp, km, qp, Aqk and T as hi + lo (the intra-chunk products)"),
     ),
 )
-SPACES = {"v1": SPACE_V1}
-SPACE = SPACE_V1
+#: v2, the first structural gene (issue 20 step 3, the cheapest the evidence suggests): which
+#: sequence each row of CTAs runs. FlashKDA's mixed scenarios are slower than its uniform ones at
+#: the same token count (H64: 1.010 vs 0.810 ms); with one CTA per (sequence, head) and the grid
+#: dispatched in order, mixed/H64's longest sequence (3063 tokens, launched last) starts in the
+#: last wave. Longest first, list scheduling models mixed/H64 at 0.74x the token-steps per SM
+#: and mixed/H96 at 0.92x (kernel_model.wave_makespan); fixed and uniform are unchanged.
+ORDER = Choice("order", options=("index", "longest_first"), group="geometry", legacy="index",
+               doc="index: grid row y runs sequence y | longest_first: grid row y runs the y-th longest "
+                   "sequence (ties by index; launch order above 1024 sequences); v2")
+SPACE_V2 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V1.genes + (ORDER,))
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2}
+SPACE = SPACE_V2
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
-#: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3)
-DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True))
+#: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
+#: launch order (its key is v1's: `order` is at its legacy value)
+DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index"))
 
 #: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
 #: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
-#: o ~4e-3, measured 3.5-4.3e-3 on the H200 in session 11)
+#: o ~4e-3, measured 3.5-4.3e-3 on the H200 in session 11), DEFAULT longest sequence first
 NAMED = {
     "default": DEFAULT,
     "all-split": SPACE.make(dict(DEFAULT, split_w=True)),
     "all-bf16": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False)),
+    "longest-first": SPACE.make(dict(DEFAULT, order="longest_first")),
 }
 
-__all__ = ["DEFAULT", "NAMED", "SPACE", "SPACES", "SPACE_V1"]
+__all__ = ["DEFAULT", "NAMED", "ORDER", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2"]

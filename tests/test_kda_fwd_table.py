@@ -161,19 +161,20 @@ def _compile(family, genome):
 
 def test_table_judges_audits_picks_the_best_and_marks_a_peer_outside_tolerance(tmp_path):
     mod = _script()
-    gpu = FakeGPU({"default": kernel(1.0), "all-split": kernel(1.0), "all-bf16": kernel(1.01)})
+    gpu = FakeGPU({"default": kernel(1.0), "all-split": kernel(1.0), "longest-first": kernel(1.0), "all-bf16": kernel(1.01)})
     prefix = tmp_path / "kda_fwd"
     rc = mod.main(["--out", str(prefix), "--reps", "3", "--warmup", "1", "--seed", "3"], backend=gpu,
                   family=TinyFamily(), compile_fn=_compile)
     assert rc == 0
     report = json.loads(prefix.with_suffix(".json").read_text())
     assert [r["case"] for r in report["scenarios"]] == ["fixed/H2", "mixed/H2", "uniform/H2"]
-    assert set(report["genomes"]) == {"default", "all-split", "all-bf16"} and "cubin" not in report["genomes"]["default"]
+    assert set(report["genomes"]) == {"default", "all-split", "longest-first", "all-bf16"}
+    assert "cubin" not in report["genomes"]["default"]
     for row in report["scenarios"]:
         assert (row["T"], row["H"], row["recurrences"]) == (sum(row["lens"]), 2, 2 * len(row["lens"]))
         bad = row["genomes"]["all-bf16"]
         assert bad["status"] == "WRONG_RESULT" and "relative L2 error" in bad["message"] and not bad["within_tolerance"]
-        assert row["best"] in ("default", "all-split")
+        assert row["best"] in ("default", "all-split", "longest-first")
         best = row["genomes"][row["best"]]
         assert best["status"] == "OK" and best["within_tolerance"] and best["o_rel_rms"] < 3e-3
         assert row["time_ms"] == best["time_ms"] and row["o_rel_rms"] == best["o_rel_rms"]

@@ -20,8 +20,11 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 
 
 def test_space_is_registered_and_default_is_in_it():
-    assert load_space("kda") is SPACE and SPACE.size() == 16
+    from genomes.kda import SPACE_V1
+
+    assert load_space("kda") is SPACE and SPACE.size() == 32
     assert DEFAULT["chunk"] == 16 and DEFAULT["split_s"] and DEFAULT["split_intra"] and not DEFAULT["split_w"]
+    assert DEFAULT["order"] == "index" and DEFAULT.key == SPACE_V1.make({k: DEFAULT[k] for k in SPACE_V1.names}).key
 
 
 def test_render_is_pure_and_sets_every_define():
@@ -32,6 +35,8 @@ def test_render_is_pure_and_sets_every_define():
     assert "KDA_ENTRY(kda_fwd_fp32, float)" in src and "KDA_ENTRY(kda_fwd_bf16, bf16_bits)" in src
     other = SPACE.make(dict(DEFAULT, split_w=True))
     assert FAMILY.render(other) != src
+    assert "#define KDA_ORDER_LONGEST 0\n" in src
+    assert "#define KDA_ORDER_LONGEST 1\n" in FAMILY.render(SPACE.make(dict(DEFAULT, order="longest_first")))
 
 
 def test_launch_covers_every_case():
@@ -47,7 +52,8 @@ def test_launch_covers_every_case():
 
 
 @pytest.mark.parametrize("values", [dict(DEFAULT), dict(DEFAULT, split_s=False, split_u=False, split_intra=False),
-                                    dict(DEFAULT, split_w=True)], ids=["default", "all-bf16", "all-split"])
+                                    dict(DEFAULT, split_w=True), dict(DEFAULT, order="longest_first")],
+                         ids=["default", "all-bf16", "all-split", "longest-first"])
 def test_compiles_without_spills_and_keeps_its_promises(tmp_path, values):
     """nvcc for sm_90a through the judge's compiler; the static_assert on sizeof(KdaSmem) makes
     the compile fail if family.smem_bytes disagrees with the template's layout."""
@@ -118,3 +124,56 @@ def test_every_genome_of_the_space_renders_distinct_code():
     sources = {FAMILY.render(SPACE.make(dict(zip(names, bits), chunk=16)))
                for bits in itertools.product((False, True), repeat=4)}
     assert len(sources) == 16
+
+
+# -- the order gene (v2): which sequence each row of CTAs runs ------------------------------------------
+ORDERS = [(37, 1, 90), (5, 0, 40, 40, 2), (1300, 547, 2048, 963, 271, 3063), (1024,) * 8, (7,), (0, 0, 3),
+          tuple((7 * i * i + 3 * i) % 83 for i in range(40))]
+
+
+def _host_sequence_of(order_longest: int, max_n: int = 1024):
+    """template.cu's kda_sequence_of compiled for the host (tests/cuda_host.py's shim: one thread)."""
+    import re
+
+    import cuda_host
+
+    text = fam.TEMPLATE.read_text()
+    body = re.search(r"// >>> kda_sequence_of.*?\n(.*?)// <<< kda_sequence_of", text, re.S).group(1)
+    src = (f"#define KDA_ORDER_LONGEST {order_longest}\n#define KDA_ORDER_MAX_N {max_n}\n" + body)
+    wrapper = ('extern "C" void run(const int* cu, int n, int* out) {\n'
+               "    static int slot;\n    for (int r = 0; r < n; ++r) out[r] = kda_sequence_of(cu, n, r, 0, 1, &slot);\n}\n")
+    return cuda_host.host_library(src, wrapper)
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
+@pytest.mark.parametrize("longest", [0, 1])
+def test_sequence_of_is_the_models_order_and_a_permutation(longest):
+    import ctypes
+
+    lib = _host_sequence_of(longest)
+    small = _host_sequence_of(longest, max_n=4)
+    for lens in ORDERS:
+        cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        for library, max_n in ((lib, 1024), (small, 4)):
+            out = np.full(len(lens), -1, dtype=np.int32)
+            library.run(ctypes.c_void_p(cu.ctypes.data), ctypes.c_int(len(lens)), ctypes.c_void_p(out.ctypes.data))
+            want = model.sequence_order(lens, "longest_first" if longest else "index", max_n=max_n)
+            assert out.tolist() == want and sorted(want) == list(range(len(lens))), (lens, max_n)
+    assert model.sequence_order((3, 9, 9, 1), "longest_first") == [1, 2, 0, 3]
+
+
+def test_longest_first_shortens_the_modelled_waves_of_mixed_lengths_only():
+    """The model's prediction for the H200 (132 SMs, one CTA each): mixed/H64 at <= 0.75x the
+    token-steps of the launch order, mixed/H96 at <= 0.93x, fixed and uniform unchanged; never
+    below the lower bound max(longest, total work / SMs)."""
+    cases = {c.id: c.params for c in FAMILY.benchmark_cases()}
+    ratio = {}
+    for cid, p in cases.items():
+        a = model.wave_makespan(p["lens"], p["H"], "index")
+        b = model.wave_makespan(p["lens"], p["H"], "longest_first")
+        assert b >= max(max(p["lens"]), -(-sum(p["lens"]) * p["H"] // 132))
+        ratio[cid] = b / a
+    assert ratio["mixed/H64"] <= 0.75 and ratio["mixed/H96"] <= 0.93
+    assert all(ratio[c] == 1.0 for c in ("fixed/H96", "fixed/H64", "uniform/H96", "uniform/H64"))
+    with pytest.raises(ValueError, match="unknown sequence order"):
+        model.sequence_order((1, 2), "random")

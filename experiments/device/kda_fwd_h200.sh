@@ -4,7 +4,7 @@
 # after every scenario (copy them to results/kda_fwd_h200.*), then Triton's cache saved for the
 # next call (fla_triton.tgz[.partN]: copy into .peers/ and carry).
 #   carry: .whl .peers/flashkda_ext.tgz .peers/flashkda_ext.commit [.peers/fla_triton.tgz or its parts]
-#   GENOMES (default,all-bf16,all-split), BUDGET_S (430: no scenario starts later), TABLE_S (530: the
+#   GENOMES (default,longest-first,all-bf16), BUDGET_S (430: no scenario starts later), TABLE_S (530: the
 #   table's hard limit; what it finished is on disk), CASES (e.g. H96), REPS (50)
 # A fresh machine pays fla's Triton compile and autotune once per H (~111 s each in session 11):
 # ~280 s of the call; with the cache carried, a few seconds.
@@ -13,7 +13,7 @@ set -o pipefail
 device_start >/dev/null || exit 1
 . experiments/device/kda_peers_build.sh > "$OUT/kda_peers.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_peers.log"
 timeout -s INT "${TABLE_S:-530}" python3 experiments/device/kda_fwd_table.py --out "$OUT/kda_fwd_h200" \
-    --genomes "${GENOMES:-default,all-bf16,all-split}" --budget-s "${BUDGET_S:-430}" --reps "${REPS:-50}" \
+    --genomes "${GENOMES:-default,longest-first,all-bf16}" --budget-s "${BUDGET_S:-430}" --reps "${REPS:-50}" \
     ${CASES:+--cases "$CASES"} > "$OUT/kda_fwd.log" 2>&1
 echo "table rc=$?"
 grep -E '^\{"case"|^   |compiled|Error' "$OUT/kda_fwd.log" | cut -c1-260

@@ -2,7 +2,7 @@
 FlashKDA and fla, and the issue's table (results/kda_fwd_h200.json + .md) from one command.
 
     python experiments/device/kda_fwd_table.py --out results/kda_fwd_h200
-    python experiments/device/kda_fwd_table.py --genomes default,all-bf16 --budget-s 420 --out $OUT/kda_fwd_h200
+    python experiments/device/kda_fwd_table.py --genomes default,longest-first --budget-s 420 --out $OUT/kda_fwd_h200
 
 Lab tooling around the product's judge. Per scenario, in order, so that a call which runs out
 of its budget keeps every scenario it finished (both files are rewritten after each one):
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None, *, backend: Any = None, family: Any = No
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "results"), "kda_fwd_h200"),
                     help="output prefix: PREFIX.json and PREFIX.md")
-    ap.add_argument("--genomes", default="default,all-split,all-bf16", help=f"names among {sorted(NAMED)}")
+    ap.add_argument("--genomes", default="default,longest-first,all-bf16,all-split", help=f"names among {sorted(NAMED)}")
     ap.add_argument("--genome", action="append", default=[], help="a genome as JSON (repeatable)")
     ap.add_argument("--matrix", default="flashkda")
     ap.add_argument("--cases", default="", help="comma-separated substrings of case ids to keep")

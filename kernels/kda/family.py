@@ -2,8 +2,8 @@
 
 `FAMILY = KDAFamily()` adds the kernel half of the contract to `operation.KDAOperation`:
 
-* `render(genome)`: a block of `#define`s from the genome (genomes/kda.py: chunk and the four
-  precision options) and the shared-memory size they imply, the text of template.cu, then one
+* `render(genome)`: a block of `#define`s from the genome (genomes/kda.py: chunk, the four
+  precision options and the order of the sequences) and the shared-memory size they imply, the text of template.cu, then one
   `extern "C"` entry per state dtype: `kda_fwd_fp32`, `kda_fwd_bf16`. Pure: same genome, same text.
 * `launch(genome, case)`: the entry of the case's state dtype, one CTA of 256 threads per
   (head, sequence) (grid (H, N, 1)), `smem_bytes(genome)` of dynamic shared memory (over 48 KiB:
@@ -48,6 +48,7 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
     g = genome
     return {"KDA_CHUNK": str(g["chunk"]), "KDA_SPLIT_S": str(int(g["split_s"])), "KDA_SPLIT_U": str(int(g["split_u"])),
             "KDA_SPLIT_W": str(int(g["split_w"])), "KDA_SPLIT_INTRA": str(int(g["split_intra"])),
+            "KDA_ORDER_LONGEST": str(int(dict(g).get("order", "index") == "longest_first")),
             "KDA_SMEM_BYTES": str(smem_bytes(g))}
 
 

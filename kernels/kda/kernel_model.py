@@ -8,6 +8,11 @@ fragments (only the device checks those) nor the order of fp32 sums (fp32 either
 
 Same inputs as `reference.chunked` (one sequence, all heads, float64 activations) plus the
 storage dtype of the final state; returns (o rounded to bf16, final state rounded to storage).
+
+And the template's schedule: `sequence_order` is the order its CTAs take the sequences in (the
+specification of template.cu's kda_sequence_of), `wave_makespan` the token-steps the busiest SM
+runs when one CTA per (sequence, head) is dispatched in that order to the first free SM: a
+model of the `order` gene's effect, to be checked against the H200's times.
 """
 
 from __future__ import annotations
@@ -85,4 +90,29 @@ def chunk_model(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
     return o, dtypes.round_trip(S.astype(np.float64), state_dtype)
 
 
-__all__ = ["CHUNK", "chunk_model"]
+def sequence_order(lens, order: str = "index", max_n: int = 1024) -> list[int]:
+    """The sequence grid row y runs, for every y: the index order, or the longest first (ties:
+    the lower index first); above `max_n` sequences always the index order."""
+    lens = [int(n) for n in lens]
+    if order == "index" or len(lens) > max_n:
+        return list(range(len(lens)))
+    if order != "longest_first":
+        raise ValueError(f"unknown sequence order {order!r}; use 'index' or 'longest_first'")
+    return sorted(range(len(lens)), key=lambda i: (-lens[i], i))
+
+
+def wave_makespan(lens, H: int, order: str = "index", sms: int = 132) -> int:
+    """Token-steps on the busiest SM when the CTAs of grid (H, N) start in linear order (head
+    fastest) on whichever of `sms` SMs frees first, one CTA per SM, each costing its sequence's
+    length: list scheduling. Its lower bound is max(longest sequence, total tokens x H / sms)."""
+    import heapq  # noqa: PLC0415
+
+    free = [0] * int(sms)
+    for n in sequence_order(lens, order):
+        for _ in range(int(H)):
+            t = heapq.heappop(free)
+            heapq.heappush(free, t + int(lens[n]))
+    return max(free)
+
+
+__all__ = ["CHUNK", "chunk_model", "sequence_order", "wave_makespan"]

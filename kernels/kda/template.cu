@@ -31,11 +31,19 @@
 // layout [K, V] (else [V, K]). A_log != NULL: g is the raw bf16 gate input and the gate is
 // lower_bound * sigmoid(exp(A_log[h]) * (g + dt_bias[h])); A_log == NULL: g is the fp32 log decay.
 // initial_state == NULL: S0 = 0; final_state == NULL: not written.
+//
+// Order (KDA_ORDER_LONGEST, 0 or 1): which sequence the CTAs of grid row blockIdx.y run. 0: the
+// blockIdx.y-th; 1: the blockIdx.y-th longest (ties: the lower index first), so the longest
+// chains start in the first wave (list scheduling, longest first: kernel_model.wave_makespan
+// puts mixed/H64 from 5597 to 4152 token-steps per SM, mixed/H96 from 6682 to 6144). Blocks are
+// dispatched roughly in linear order (x = head fastest), and one CTA fills an SM (188 registers x
+// 256 threads). Above KDA_ORDER_MAX_N sequences the rank search (N^2 / 256 reads of cu_seqlens
+// per CTA) costs more than it saves: the launch order is kept.
 
 #include <stdint.h>
 
 #if !defined(KDA_CHUNK) || !defined(KDA_SPLIT_S) || !defined(KDA_SPLIT_U) || !defined(KDA_SPLIT_W) || \
-    !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES)
+    !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES) || !defined(KDA_ORDER_LONGEST)
 #error "render the template through kernels/kda/family.py (settings are #defines)"
 #endif
 
@@ -48,6 +56,7 @@
 #define KDA_NW (KDA_SPLIT_W ? 2 : 1)     // tiles (hi, lo) of w and qd
 #define KDA_NI (KDA_SPLIT_INTRA ? 2 : 1) // tiles (hi, lo) of kp, km, qp, Aqk, T
 #define KDA_LOG2E 1.4426950408889634f
+#define KDA_ORDER_MAX_N 1024             // more sequences: launch order (see Order above)
 
 static_assert(KDA_CHUNK == 16, "this template is written for chunks of 16 tokens");
 
@@ -152,6 +161,28 @@ __device__ __forceinline__ void store_split(bf16_bits (*p)[KDA_CHUNK][R], int r,
     if (SPLIT) p[1][r][c] = to_bf16(x - from_bf16(hi));
 }
 
+// ---- which sequence a CTA runs ------------------------------------------------------------------
+// >>> kda_sequence_of (tests/test_kda_template.py compiles this function for the host)
+// The sequence of rank `rank` in the order of KDA_ORDER_LONGEST (see Order above): thread `tid`
+// of `nthreads` ranks candidates tid, tid + nthreads, ...; the one of rank `rank` (exactly one:
+// ranks are a permutation) writes *slot (shared memory); everyone reads it after the barrier.
+__device__ __forceinline__ int kda_sequence_of(const int* __restrict__ cu_seqlens, int N, int rank, int tid,
+                                               int nthreads, int* slot) {
+    if (!KDA_ORDER_LONGEST || N > KDA_ORDER_MAX_N) return rank;
+    for (int i = tid; i < N; i += nthreads) {
+        const int li = cu_seqlens[i + 1] - cu_seqlens[i];
+        int r = 0;
+        for (int j = 0; j < N; ++j) {
+            const int lj = cu_seqlens[j + 1] - cu_seqlens[j];
+            r += (lj > li || (lj == li && j < i)) ? 1 : 0;
+        }
+        if (r == rank) *slot = i;
+    }
+    __syncthreads();
+    return *slot;
+}
+// <<< kda_sequence_of
+
 // ---- the kernel ------------------------------------------------------------------------------
 template <typename ST>
 __device__ __forceinline__ void kda_fwd_body(
@@ -162,8 +193,9 @@ __device__ __forceinline__ void kda_fwd_body(
     int flags) {
     extern __shared__ __align__(128) unsigned char kda_smem_raw[];
     KdaSmem& sm = *reinterpret_cast<KdaSmem*>(kda_smem_raw);
-    const int h = blockIdx.x, n = blockIdx.y;
+    __shared__ int kda_seq_slot;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int h = blockIdx.x, n = kda_sequence_of(cu_seqlens, N, blockIdx.y, tid, KDA_THREADS, &kda_seq_slot);
     const int bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
     const bool gate_in_kernel = A_log != nullptr;
     const bool beta_logit = flags & 1, l2norm = flags & 2, layout_kv = flags & 4;

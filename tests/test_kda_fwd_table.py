@@ -150,6 +150,9 @@ class TinyFamily:
         return [FAMILY.make_case((40,), 2, name="fixed"), FAMILY.make_case((9, 14, 3), 2, name="mixed"),
                 FAMILY.make_case((8, 8), 2, name="uniform")]
 
+    def check_cases(self):
+        return [FAMILY.make_case((5, 0, 17), 3, name="odd"), FAMILY.make_case((9,), 1, name="kv", layout="kv")]
+
     def baselines(self):
         return [Baseline("flashkda", lambda: True, _peer(1.008, 0.0005)), Baseline("fla", lambda: True, _peer(1.0, 0.03))]
 
@@ -159,7 +162,7 @@ def _compile(family, genome):
     return {"ok": True, "cubin": label.encode(), "registers": {"kda_fwd_fp32": 188}}
 
 
-def test_table_judges_audits_picks_the_best_and_marks_a_peer_outside_tolerance(tmp_path):
+def test_table_checks_judges_audits_picks_the_best_and_marks_a_peer_outside_tolerance(tmp_path):
     mod = _script()
     gpu = FakeGPU({"default": kernel(1.0), "all-split": kernel(1.0), "longest-first": kernel(1.0), "all-bf16": kernel(1.01)})
     prefix = tmp_path / "kda_fwd"
@@ -170,10 +173,12 @@ def test_table_judges_audits_picks_the_best_and_marks_a_peer_outside_tolerance(t
     assert [r["case"] for r in report["scenarios"]] == ["fixed/H2", "mixed/H2", "uniform/H2"]
     assert set(report["genomes"]) == {"default", "all-split", "longest-first", "all-bf16"}
     assert "cubin" not in report["genomes"]["default"]
+    check = report["genomes"]["all-bf16"]["check"]
+    assert check["status"] == "WRONG_RESULT" and "relative L2 error" in check["message"]
+    assert report["genomes"]["default"]["check"]["status"] == "OK" and report["genomes"]["default"]["check"]["cases"] == 2
     for row in report["scenarios"]:
         assert (row["T"], row["H"], row["recurrences"]) == (sum(row["lens"]), 2, 2 * len(row["lens"]))
-        bad = row["genomes"]["all-bf16"]
-        assert bad["status"] == "WRONG_RESULT" and "relative L2 error" in bad["message"] and not bad["within_tolerance"]
+        assert "all-bf16" not in row["genomes"]                      # failed CHECK: never judged on a scenario
         assert row["best"] in ("default", "all-split", "longest-first")
         best = row["genomes"][row["best"]]
         assert best["status"] == "OK" and best["within_tolerance"] and best["o_rel_rms"] < 3e-3
@@ -191,14 +196,15 @@ def test_table_judges_audits_picks_the_best_and_marks_a_peer_outside_tolerance(t
     assert s["min_speedup_vs_flashkda"] == min(r["speedup_vs_flashkda"] for r in report["scenarios"])
     assert s["target_met"] == (s["min_speedup_vs_flashkda"] >= 1.3)
     table = prefix.with_suffix(".md").read_text()
-    assert "| fixed/H2 | 2 |" in table and "†" in table and "## Every genome" in table and "WRONG_RESULT" in table
+    assert "| fixed/H2 | 2 |" in table and "†" in table and "## Every genome on every scenario" in table
+    assert "| all-bf16 |" in table and "WRONG_RESULT" in table
 
 
 def test_budget_stops_starting_scenarios_and_still_writes_the_files(tmp_path):
     mod = _script()
     gpu = FakeGPU({"default": kernel(1.0)})
     prefix = tmp_path / "kda_fwd"
-    assert mod.main(["--out", str(prefix), "--genomes", "default", "--reps", "2", "--warmup", "0",
+    assert mod.main(["--out", str(prefix), "--genomes", "default", "--reps", "2", "--warmup", "0", "--no-check",
                      "--budget-s", "0"], backend=gpu, family=TinyFamily(), compile_fn=_compile) == 0
     report = json.loads(prefix.with_suffix(".json").read_text())
     assert all(r["status"].startswith("not run") for r in report["scenarios"]) and gpu.launches == 0

@@ -4,8 +4,10 @@ FlashKDA and fla, and the issue's table (results/kda_fwd_h200.json + .md) from o
     python experiments/device/kda_fwd_table.py --out results/kda_fwd_h200
     python experiments/device/kda_fwd_table.py --genomes default,longest-first --budget-s 420 --out $OUT/kda_fwd_h200
 
-Lab tooling around the product's judge. Per scenario, in order, so that a call which runs out
-of its budget keeps every scenario it finished (both files are rewritten after each one):
+Lab tooling around the product's judge. First every genome through the judge's CHECK stage on
+the family's CHECK cases (a genome that fails it is recorded and goes no further). Then per
+scenario, in order, so that a call which runs out of its budget keeps every scenario it finished
+(both files are rewritten after each one):
 
 1. Judged: every genome through the judge's GPU side in this process (fitness.device.DeviceRunner,
    a BENCH job of that one case): fresh inputs of both distributions verified against float64
@@ -54,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fitness.device import DeviceRunner, resolve_args  # noqa: E402
 from fitness.family import load_family  # noqa: E402
 from fitness.guarded import GuardedBuffer, guards_problem  # noqa: E402
-from fitness.jobs import BENCH, Job, TimingConfig  # noqa: E402
+from fitness.jobs import BENCH, CHECK, Job, TimingConfig  # noqa: E402
 from fitness.records import Status  # noqa: E402
 from genomes.kda import NAMED, SPACE  # noqa: E402
 
@@ -103,6 +105,18 @@ def judge(runner: Any, family: Any, label: str, genome: Any, cubin: bytes, case:
         for n, t in out["peers_ms"].items():
             out[f"speedup_vs_{n}"] = t / out["time_ms"] if out["time_ms"] > 0 else None
     return out
+
+
+def check_stage(runner: Any, family: Any, genome: Any, cubin: bytes) -> dict[str, Any]:
+    """The judge's CHECK stage of a genome on the family's CHECK cases (odd lengths, empty and
+    one-token sequences, H = 1, 40 sequences, every option): status, message, seconds."""
+    cases = tuple(family.check_cases())
+    job = Job(job_id=f"{genome.key}-check", key=genome.key, stage=CHECK, family=family.name,
+              family_root=str(FAMILY_ROOT), cubin=cubin, cases=cases,
+              launches={c.id: family.launch(genome, c) for c in cases}, seed=secrets.randbits(48))
+    result = runner.run(job)
+    return {"status": result.status.value, "message": result.message[:2000], "cases": len(result.cases),
+            "seconds": round(result.seconds, 1)}
 
 
 def audit_kernel(backend: Any, family: Any, genome: Any, kernel: Any, case: Any, inputs: Mapping[str, Any],
@@ -240,7 +254,12 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines += ["", "Errors are the worst over both input distributions (flashkda, long_memory), vs float64. "
               "Tolerances: o <= 0.005, final state <= 0.006 relative RMS; every (token, head) row of o within 0.1 "
               "and every (sequence, head) state within 0.05 of the whole reference's RMS. " + POLICY, "",
-              "## Every genome", "", "| scenario | genome | status | ms | speedup vs FlashKDA | o rel RMS | "
+              "## Genomes", "", "| genome | key | registers | CHECK |", "|---|---|---|---|"]
+    for label, g in report.get("genomes", {}).items():
+        chk = g.get("check") or {}
+        cell = f"{chk.get('status', 'not run')} {chk.get('message', '')[:160]}".replace("|", "\\|").rstrip()
+        lines.append(f"| {label} | {g['key'][:8]} | {max((g.get('registers') or {0: '-'}).values())} | {cell} |")
+    lines += ["", "## Every genome on every scenario", "", "| scenario | genome | status | ms | speedup vs FlashKDA | o rel RMS | "
               "state rel RMS | worst o row | worst state |", "|---|---|---|---|---|---|---|---|---|"]
     for r in report["scenarios"]:
         for label, g in r.get("genomes", {}).items():
@@ -273,6 +292,7 @@ def main(argv: list[str] | None = None, *, backend: Any = None, family: Any = No
     ap.add_argument("--budget-s", type=float, default=480.0,
                     help="no scenario is started after this many seconds (the rest are listed as not run)")
     ap.add_argument("--cache-dir", default=str(ROOT / ".cache" / "evo-compile"))
+    ap.add_argument("--no-check", action="store_true", help="skip the judge's CHECK stage (the family's CHECK cases)")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
 
@@ -319,6 +339,13 @@ def main(argv: list[str] | None = None, *, backend: Any = None, family: Any = No
             kernels[label] = (g, module)
         print(f"{label} {g.key[:8]}: {'compiled' if info.get('ok') else 'not compiled'} {info.get('registers')} "
               f"{info.get('problems') or ''}", flush=True)
+    for label in list(cubins) if not args.no_check else []:
+        chk = check_stage(runner, family, genomes[label], cubins[label])
+        report["genomes"][label]["check"] = chk
+        print(f"{label}: CHECK {chk['status']} on {chk['cases']} cases in {chk['seconds']} s {chk['message'][:300]}",
+              flush=True)
+        if chk["status"] != Status.OK.value:
+            del cubins[label], kernels[label]
     refs = kda_lab.References(backend, family, seed)
     for case in cases:
         elapsed = time.perf_counter() - t_start

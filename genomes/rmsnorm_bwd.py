@@ -226,9 +226,102 @@ SPACE_V2 = GeneSpace(
     + V2_CONSTRAINTS,
 )
 
+#: v3: the long rows (session 11 on the H200: every clustered launch ran at 0.3-0.44 of the add
+#: roofline, 2-2.5x slower than the unclustered 16K rows of the same genomes; a persistent grid of
+#: 132 x ctas_per_sm / C clusters is more than the GPCs hold at once when C is 8 or 16, and the
+#: clusters left over ran as a second wave of the whole row loop). Both changes keep v1/v2 keys:
+#:  - row_schedule = dynamic: clustered launches take row groups from a counter (one atom.global.add
+#:    per group by rank 0, broadcast with the row exchange), so clusters that start late find fewer
+#:    groups; a first launch (bwd_sched_init) zeroes the counter. Legacy: static (k, k + K, ...);
+#:  - stages 3 and 4 with shared-memory staging: a ring of row groups in flight (each thread copies
+#:    into and reads back only its own slots, so the ring needs no barrier), S - 1 groups' loads
+#:    outstanding while one is reduced. Register staging keeps 1 | 2;
+#:  - dw_acc = smem: the dw accumulators in dynamic shared memory (after the ring), so a thread's
+#:    registers no longer grow with chunks x elements per vector: 512-thread CTAs of 4 vectors with
+#:    shared-memory staging and a ring, 1024-thread CTAs, and fp32 8192 x 262144 (1 MB rows of x and
+#:    dy over a cluster of 16: 128 KB of staging and 64 KB of accumulators per CTA) fit.
+ROW_SCHEDULE = Choice("row_schedule", options=("static", "dynamic"), group="geometry", legacy="static",
+                      doc="clustered launches: static (cluster k takes row groups k, k + K, ...) | dynamic (groups "
+                          "handed out by a global counter, atom.global.add by rank 0 broadcast with the row "
+                          "exchange; bwd_sched_init first; no second wave when the GPCs hold fewer clusters "
+                          "than the grid; v3)")
+STAGES_V3 = IntRange("stages", low=1, high=4, group="pipeline",
+                     doc="row groups in flight: 2 = the next group's x, dy (and rstd) loaded before this group's "
+                         "reduction (a second register set, or a second shared-memory buffer); 3 | 4 (staging = "
+                         "smem_async only): a ring of buffers, S - 1 groups' cp.async outstanding")
+
+
+DW_ACC = Choice("dw_acc", options=("regs", "smem"), group="reduce", legacy="regs",
+                doc="where a thread's dw accumulators live across rows: regs (fp32 registers) | smem (its own "
+                    "float4/float2 slots of dynamic shared memory, LDS + STS per vector and row; v3)")
+#: dynamic shared memory of a dw_acc = smem genome (staging ring + accumulators): 227 KB per block
+#: less the static shared memory left without the rows' combine buffer (exchange slots, 9 KB)
+MAX_DW_SMEM_BYTES = 212 * 1024
+
+
+def dw_smem_bytes(v: Mapping[str, Any], itemsize: int = 4) -> int:
+    """Shared memory of the dw accumulators at the widest CTA, for x elements of `itemsize` bytes."""
+    return v["cta_threads"] * v["chunks"] * (v["vec_bytes"] // itemsize) * 4 if v.get("dw_acc", "regs") == "smem" else 0
+
+
+def register_demand_v3(v: Mapping[str, Any]) -> int:
+    """v2's estimate, 2 registers per stage past the second (the queued group index and rstd), more
+    for a dynamic schedule, and for dw_acc = smem the accumulators out of the estimate: per vector a thread holds x and dy
+    (registers, or their hoisted shared reads) and, in its update, the vector's accumulators and
+    weight, and chunks^2 for the hoisted shared reads (calibrated on ptxas reports of 16-bit entries
+    at 16-byte vectors: 512 threads x 4, ring of 2, used 96 registers, 115 with the weight in
+    registers; x 8 spilled 84 bytes at 128; 1024 x 4 spilled 24 at 64)."""
+    extra = 2 * max(0, v["stages"] - 2)
+    if v.get("row_schedule", "static") == "dynamic":
+        # the broadcast group index feeds the next visit's addresses: ptxas keeps fewer of them in
+        # induction registers (DEFAULT with a dynamic schedule spilled 8-24 bytes at its 128, where
+        # the static one fits exactly): a wide margin where the accumulators stay in registers
+        extra += 32 if v.get("dw_acc", "regs") == "regs" else 8
+    if v.get("dw_acc", "regs") == "smem":
+        words, elems = v["vec_bytes"] // 4, v["vec_bytes"] // 2
+        held = 2 * words * v["stages"] if v.get("staging", "regs") == "regs" else 2 * words
+        k = v["chunks"]
+        weight = elems * k // 2 if v["weight_regs"] else 0
+        return DW_SMEM_BASE + k * held + 2 * elems + weight + k * k + extra
+    return register_demand_v2(v) + extra
+
+
+#: registers of a dw_acc = smem thread besides its data (calibrated with register_demand_v3)
+DW_SMEM_BASE = 40
+
+
+REGISTERS_FIT_V3 = require("registers_fit", REGISTERS_FIT_V2.genes + ("dw_acc",),
+                           lambda v: register_demand_v3(v) <= register_cap(v),
+                           "the data a thread holds (x, dy, weight, dw accumulators) must fit its register budget "
+                           "(no spills)")
+V3_CONSTRAINTS = (
+    implies("ring_needs_shared_staging", ("stages", "staging"),
+            lambda v: v["stages"] > 2, lambda v: v["staging"] == "smem_async",
+            "more than two stages are a ring of shared-memory buffers: staging = smem_async"),
+    implies("dynamic_schedule_only_clusters", ("row_schedule", "cluster"),
+            lambda v: v["row_schedule"] == "dynamic", lambda v: v["cluster"] > 1,
+            "only clustered launches schedule rows dynamically (cluster > 1)"),
+    implies("dynamic_schedule_has_no_slack", ("row_schedule", "cluster_slack"),
+            lambda v: v["row_schedule"] == "dynamic", lambda v: v["cluster_slack"] == 0,
+            "a dynamic schedule needs no slack (late clusters find fewer groups): cluster_slack = 0"),
+    implies("dw_smem_fits_shared_memory", ("dw_acc", "staging", "stages", "cta_threads", "chunks", "vec_bytes"),
+            lambda v: v["dw_acc"] == "smem",
+            lambda v: (staging_bytes(v) if v["staging"] == "smem_async" else 0) + dw_smem_bytes(v) <= MAX_DW_SMEM_BYTES,
+            f"staging ring and fp32 accumulators (fp32 x) must fit {MAX_DW_SMEM_BYTES} bytes of shared memory "
+            "(16-bit x, twice the accumulators, runs fewer rows per CTA where it must)"),
+)
+_AT3 = SPACE_V2.names.index("cluster_slack") + 1
+SPACE_V3 = GeneSpace(
+    name="rmsnorm_bwd", doc=SPACE_V1.doc,
+    genes=tuple(STAGES_V3 if g.name == "stages" else g for g in SPACE_V2.genes[:_AT3]) + (ROW_SCHEDULE,)
+    + tuple(STAGES_V3 if g.name == "stages" else g for g in SPACE_V2.genes[_AT3:]) + (DW_ACC,),
+    constraints=tuple(REGISTERS_FIT_V3 if c.name == "registers_fit" else c for c in SPACE_V2.constraints)
+    + V3_CONSTRAINTS,
+)
+
 #: every version of the space, and the latest (what a new run uses)
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2}
-SPACE = SPACE_V2
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3}
+SPACE = SPACE_V3
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread
 #: (a CTA covers 2048 vectors = 16K bf16 columns), clusters of 16 for longer rows (262144 bf16 =

@@ -18,7 +18,7 @@ import pytest
 
 from fitness.family import load_family
 from genomes import load_space
-from genomes.rmsnorm_bwd import DEFAULT, SPACE, SPACES, register_cap, register_demand
+from genomes.rmsnorm_bwd import DEFAULT, SPACE, SPACES, register_cap, register_demand_v3
 
 FAMILY = load_family("rmsnorm_bwd")
 FAM = sys.modules["_kernels_rmsnorm_bwd_family"]
@@ -34,7 +34,7 @@ def _cases():
 # -- the space ----------------------------------------------------------------------------------
 def test_space_is_registered_versioned_and_documented():
     assert load_space("rmsnorm_bwd") is SPACE and load_space("rmsnorm_bwd", "v1") is SPACES["v1"]
-    assert SPACE is SPACES["v2"] and set(SPACES["v1"].names) < set(SPACE.names)
+    assert SPACE is SPACES["v3"] and set(SPACES["v1"].names) < set(SPACES["v2"].names) < set(SPACE.names)
     assert len(SPACE.genes) >= 14 and len(SPACE.constraints) >= 8
     assert {"memory", "geometry", "reduce", "pipeline", "compile"} <= set(SPACE.groups())
     assert all(g.doc for g in SPACE.genes)
@@ -45,14 +45,17 @@ def test_default_and_extremes_are_valid_and_cover_the_variants():
     assert gs[0] == DEFAULT and len({g.key for g in gs}) == len(gs)
     for g in gs:
         assert SPACE.is_valid(g), SPACE.violations(g)
-        assert register_demand(g) <= register_cap(g)
+        assert register_demand_v3(g) <= register_cap(g)
     assert {g["dw_reduce"] for g in gs} == {"partials", "atomic"}
-    assert {g["stages"] for g in gs} == {1, 2}
+    assert {g["stages"] for g in gs} == {1, 2, 3, 4}
     assert {g["rstd_mode"] for g in gs} == {"load", "recompute"}
     assert {g["vec_bytes"] for g in gs} == {8, 16}
     assert {1, 4, 8, 16} <= {g["cluster"] for g in gs}
     assert {g["staging"] for g in gs} == {"regs", "smem_async"}
     assert any(g["staging"] == "smem_async" and g["stages"] == 2 for g in gs)
+    assert {g["row_schedule"] for g in gs} == {"static", "dynamic"} and {g["dw_acc"] for g in gs} == {"regs", "smem"}
+    assert {3, 4} <= {g["stages"] for g in gs}
+    assert {g["dw_reduce"] for g in gs if g["row_schedule"] == "dynamic"} == {"partials", "atomic"}
 
 
 def test_constraints_reject_invalid_combinations():
@@ -66,6 +69,12 @@ def test_constraints_reject_invalid_combinations():
         dict(DEFAULT, staging="smem_async", load_cache="nc_na"),           # cp.async: ca/cg + hint only
         dict(DEFAULT, staging="smem_async", load_cache="default", cta_threads=1024, chunks=8, stages=2),
         dict(DEFAULT, cluster=1, cluster_slack=1),
+        dict(DEFAULT, stages=3),                                           # a ring needs shared staging
+        dict(DEFAULT, cluster=1, row_schedule="dynamic"),                  # only clusters schedule rows
+        dict(DEFAULT, row_schedule="dynamic", cluster_slack=1),
+        dict(DEFAULT, row_schedule="dynamic"),                             # spills (8-24 bytes at 128)
+        dict(DEFAULT, staging="smem_async", load_cache="default", chunks=8, dw_acc="smem"),  # x 8 spills
+        dict(DEFAULT, staging="smem_async", load_cache="default", cta_threads=1024, chunks=4, dw_acc="smem"),
     ]
     for values in bad:
         assert not SPACE.is_valid(values), values
@@ -160,15 +169,25 @@ def test_launch_geometry_of_every_case_and_sampled_genome():
             assert geo.grid % geo.cluster == 0 and geo.parts == geo.grid // geo.cluster
             assert geo.parts <= FAMILY.workspace(case)["dw_part"].shape[0]
             assert geo.parts <= -(-M // geo.rows)
-            assert main_smem_ok(g, geo)
+            assert main_smem_ok(g, geo, {"bf16": 2, "fp16": 2, "fp32": 4}[dt])
             if geo.cluster > 1:
                 assert geo.tpr >= 32 and geo.rows <= g["cta_threads"] // 32
             kinds = [s.kernel for s in steps]
             main = next(s for s in steps if s.kernel.startswith("rmsnorm_bwd_"))
             assert main.grid == (geo.grid, 1, 1) and main.block == geo.block and main.cluster == (geo.cluster, 1, 1)
             assert main.kernel == FAM.entry_name(dt, geo.cluster)
+            assert geo.dynamic == (geo.cluster > 1 and g["row_schedule"] == "dynamic" and geo.parts > 1)
+            if geo.dynamic:
+                # the counter sits in the workspace row past the partial rows; init zeroes it first
+                assert geo.parts < FAMILY.workspace(case)["dw_part"].shape[0]
+                init = steps[0]
+                assert init.kernel == "bwd_sched_init" and int(init.args[3]) == geo.parts
+                assert int(init.args[1]) == (N if g["dw_reduce"] == "atomic" else 0)
+                assert init.grid[0] * init.block[0] >= int(init.args[1])
+                steps = steps[1:]
+                kinds = kinds[1:]
             if g["dw_reduce"] == "atomic":
-                assert kinds == ["bwd_dw_zero", main.kernel]
+                assert kinds == (["bwd_dw_zero", main.kernel] if not geo.dynamic else [main.kernel])
             else:
                 red = steps[1]
                 assert kinds == [main.kernel, "bwd_dw_reduce"]
@@ -211,11 +230,56 @@ def test_index_mapping_covers_every_row_and_vector_exactly_once():
     assert checked > 50
 
 
-def main_smem_ok(g, geo) -> bool:
+def _dynamic_visits(nk: int, groups: int, stages: int, rng: random.Random) -> list[list[int]]:
+    """The template's dynamic schedule (BWD_SCHED_DYNAMIC), clusters interleaved at random: each
+    cluster starts by fetching `stages` groups (atom.add(ctr, S)), then per visit fetches one more
+    and computes the head of its queue while that head is < groups. Returns each cluster's visited
+    groups. Clusters that start late (any order) are modelled by the random interleaving."""
+    ctr = 0
+    queues: dict[int, list[int]] = {}
+    visits: dict[int, list[int]] = {k: [] for k in range(nk)}
+    pending = list(range(nk))
+    rng.shuffle(pending)
+    active = []
+    while pending or active:
+        if pending and (not active or rng.random() < 0.3):
+            k = pending.pop()
+            queues[k] = list(range(ctr, ctr + stages))
+            ctr += stages
+            active.append(k)
+            continue
+        k = rng.choice(active)
+        q = queues[k]
+        if q[0] >= groups:
+            active.remove(k)
+            continue
+        nxt, ctr = ctr, ctr + 1
+        visits[k].append(q[0])
+        queues[k] = q[1:] + [nxt]
+    return [visits[k] for k in range(nk)]
+
+
+def test_dynamic_schedule_visits_every_group_once_in_any_interleaving():
+    """Every row group is computed exactly once, whatever order the clusters start and run in, and a
+    cluster's groups come in increasing order (the counter only grows), so a cluster stops at its
+    first group past the end and never skips one before it."""
+    rng = random.Random(11)
+    for _ in range(300):
+        nk, groups, stages = rng.randint(2, 40), rng.randint(1, 400), rng.randint(1, 4)
+        visits = _dynamic_visits(nk, groups, stages, rng)
+        seen = sorted(g for v in visits for g in v)
+        assert seen == list(range(groups)), (nk, groups, stages)
+        assert all(v == sorted(v) for v in visits)
+
+
+def main_smem_ok(g, geo, itemsize: int) -> bool:
+    staged = g["stages"] * geo.rows * geo.tpr * g["chunks"] * g["vec_bytes"] * 2 if g["staging"] != "regs" else 0
+    if g["dw_acc"] == "smem":
+        want = staged + geo.rows * geo.tpr * g["chunks"] * (g["vec_bytes"] // itemsize) * 4
+        return geo.shared_bytes == want and 0 < want <= 212 * 1024
     if g["staging"] == "regs":
         return geo.shared_bytes == 0
-    want = g["stages"] * geo.rows * geo.tpr * g["chunks"] * g["vec_bytes"] * 2
-    return geo.shared_bytes == want and 0 < want <= 180 * 1024
+    return geo.shared_bytes == staged and 0 < staged <= 180 * 1024
 
 
 def test_v1_genomes_keep_their_keys_and_render_without_the_v2_defines():
@@ -305,7 +369,8 @@ def test_sample_compiles_without_spills_and_keeps_its_promises(tmp_path):
         assert rc == 0, f"{name} {dict(g)}:\n{log[-3000:]}"
         rep = _report(log)
         expected = {FAM.entry_name(d, c) for d in FAMILY.dtypes for c in {1, g["cluster"]}}
-        assert expected | {"bwd_dw_reduce", "bwd_dw_zero"} == set(rep), (name, sorted(rep))
+        expected |= {"bwd_dw_reduce", "bwd_dw_zero"} | ({"bwd_sched_init"} if g["row_schedule"] == "dynamic" else set())
+        assert expected == set(rep), (name, sorted(rep))
         for fn, r in rep.items():
             assert r["spill"] == 0 and r["stack"] == 0, (name, fn, r, dict(g))
             assert r["smem"] <= SMEM_STATIC_LIMIT, (name, fn, r)
@@ -316,13 +381,15 @@ def test_sample_compiles_without_spills_and_keeps_its_promises(tmp_path):
             for c in {1, g["cluster"]}:
                 sass = _sass(cubin, FAM.entry_name(d, c))
                 promised = FAMILY.promises(g)
-                if c == 1:
-                    promised = {k: v for k, v in promised.items() if k != "cluster_barrier"}
+                if c == 1:          # the cluster barrier and the row counter live in the clustered entry
+                    promised = {k: v for k, v in promised.items() if not k.startswith("cluster_")}
                 for what, prefixes in promised.items():
                     assert find(sass, prefixes), f"{name} {FAM.entry_name(d, c)} promises {what} {prefixes}: {dict(g)}"
                 assert not find(sass, ["LDL", "STL"]), name
-                # atomics only in the atomic variant; partial rows are plain stores
+                # atomics only in the atomic variant; partial rows are plain stores; the row counter's
+                # atom.add only in a dynamic genome's clustered entry
                 assert bool(find(sass, ["REDG.E.ADD.F32", "RED.E.ADD.F32"])) == (g["dw_reduce"] == "atomic"), (name, d, c)
+                assert bool(find(sass, ["ATOMG.E.ADD"])) == (c > 1 and g["row_schedule"] == "dynamic"), (name, d, c)
                 if g["vec_bytes"] == 8 and g["load_cache"] != "nc" and g["staging"] == "regs":
                     wide = [p.replace(".64", ".128") for p in promised["x_dy_loads"]]
                     assert not find(sass, wide), (name, wide)

@@ -5,7 +5,9 @@
 * `render(genome)`: the genome's `#define`s (genomes/rmsnorm_bwd.py), template.cu, then the entries:
   `rmsnorm_bwd_<x>` and, for a genome with cluster C > 1, `rmsnorm_bwd_<x>_c<C>` (compile-time
   `__cluster_dims__(C, 1, 1)`), per x dtype; `bwd_dw_reduce` and `bwd_dw_zero`. Pure.
-* `launch(genome, case)`: dw_reduce = partials: [main, bwd_dw_reduce]; atomic: [bwd_dw_zero, main].
+* `launch(genome, case)`: dw_reduce = partials: [main, bwd_dw_reduce]; atomic: [bwd_dw_zero, main];
+  a clustered launch of a row_schedule = dynamic genome (space v3) starts with bwd_sched_init
+  (the row-group counter, and dw for atomics) instead: [init, main, reduce] | [init, main].
   None when the genome cannot hold a row (one CTA, or its cluster, cannot cover the row with
   `chunks` vectors per thread).
 
@@ -24,7 +26,7 @@ import numpy as np
 from fitness import dtypes
 from fitness.family import Case, DispatchKey, KeyField, Launch, import_sibling
 from genomes import Genome
-from genomes.rmsnorm_bwd import DEFAULT, MAX_STAGING_BYTES, SPACE, register_cap
+from genomes.rmsnorm_bwd import DEFAULT, MAX_DW_SMEM_BYTES, MAX_STAGING_BYTES, SPACE, register_cap
 
 op = import_sibling(__file__, "operation")
 
@@ -65,9 +67,11 @@ SMEM_PER_SM = 233472                # shared memory of one SM on sm_90 (228 KB)
 def static_smem_bound(genome: Mapping[str, Any]) -> int:
     """An upper bound of the template's static shared memory: the rows' combine buffer (4 bytes per
     element of a vector per thread, at most vec_bytes * 2 for 16-bit x), the cluster exchange
-    slots and the row reduction's (1 KB of reserve per CTA besides)."""
+    slots and the row reduction's (1 KB of reserve per CTA besides); no combine buffer when the
+    accumulators live in dynamic shared memory (dw_acc = smem)."""
     xch = 2 * genome["cluster"] * max(1, genome["cta_threads"] // 32) * 2 * 4 if genome["cluster"] > 1 else 0
-    return genome["cta_threads"] * genome["vec_bytes"] * 2 + xch + 1024
+    comb = 0 if genome.get("dw_acc", "regs") == "smem" else genome["cta_threads"] * genome["vec_bytes"] * 2
+    return comb + xch + 1024
 
 
 def resident_ctas(genome: Mapping[str, Any], threads: int, shared: int = 0) -> int:
@@ -90,6 +94,7 @@ class Geometry:
     shared_bytes: int     # dynamic shared memory (staging = smem_async)
     vectors: int          # vectors per row
     slice_vectors: int    # vectors per CTA slice
+    dynamic: bool = False  # row groups from the counter in dw_part[parts * N] (bwd_sched_init first)
 
     @property
     def block(self) -> tuple[int, int, int]:
@@ -119,17 +124,29 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
         return None
     rows = max(1, ct // tpr)
     rows = min(rows, max(_pow2_ceil(M), -(-32 // tpr)))   # no more rows than M (whole warps kept)
-    groups = -(-M // rows)
+    staged = g.get("staging", "regs") == "smem_async"
     shared = 0
-    if g.get("staging", "regs") == "smem_async":
+    if staged:
         shared = g["stages"] * rows * tpr * K * g["vec_bytes"] * 2
         if shared > MAX_STAGING_BYTES:
             return None
+    if g.get("dw_acc", "regs") == "smem":
+        # ring + accumulators (E fp32 per vector); fewer rows per CTA where 16-bit x needs it
+        def need(r: int) -> int:
+            return (g["stages"] * r * tpr * K * g["vec_bytes"] * 2 if staged else 0) + r * tpr * K * E * 4
+        while need(rows) > MAX_DW_SMEM_BYTES and rows > 1 and tpr * (rows // 2) >= 32:
+            rows //= 2
+        shared = need(rows)
+        if shared > MAX_DW_SMEM_BYTES:
+            return None
+    groups = -(-M // rows)
     per_sm = min(g["ctas_per_sm"], resident_ctas(g, tpr * rows, shared))
     slack = g.get("cluster_slack", 0) if c > 1 else 0
-    clusters = max(1, min(groups, SM_COUNT * per_sm // c - slack, op.max_parts(M, N)))
+    # a dynamic schedule keeps its counter in the workspace row past the partial rows
+    dyn = c > 1 and g.get("row_schedule", "static") == "dynamic"
+    clusters = max(1, min(groups, SM_COUNT * per_sm // c - slack, op.max_parts(M, N) - int(dyn)))
     return Geometry(cluster=c, tpr=tpr, rows=rows, grid=clusters * c, parts=clusters, shared_bytes=shared,
-                    vectors=V, slice_vectors=-(-V // c))
+                    vectors=V, slice_vectors=-(-V // c), dynamic=dyn and clusters > 1)
 
 
 def reduce_geometry(genome: Mapping[str, Any], N: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -166,6 +183,10 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         cop = "cp.async.cg.shared.global" if g["vec_bytes"] == 16 else "cp.async.ca.shared.global"
         out["BWD_STAGING"] = "1"
         out["BWD_CPASYNC"] = q(cop + (".L2::cache_hint" if g["load_cache"] == "nc_ef" else "") + pf)
+    if g.get("row_schedule", "static") == "dynamic":
+        out["BWD_SCHED_DYNAMIC"] = "1"
+    if g.get("dw_acc", "regs") == "smem":
+        out["BWD_DW_SMEM"] = "1"
     return out
 
 
@@ -201,6 +222,16 @@ class RMSNormBwdFamily(op.RMSNormBwdOperation):
         N = int(case.params["N"])
         main = Launch(kernel=entry_name(dt, geo.cluster), grid=(geo.grid, 1, 1), block=geo.block,
                       args=self.main_args(case), shared_bytes=geo.shared_bytes, cluster=(geo.cluster, 1, 1))
+        if geo.dynamic:
+            n_dw = N if genome["dw_reduce"] == "atomic" else 0
+            init = Launch(kernel="bwd_sched_init", grid=(max(1, min(1024, -(-n_dw // ZERO_THREADS))), 1, 1),
+                          block=(ZERO_THREADS, 1, 1),
+                          args=("dw", np.int32(n_dw), "dw_part", np.int32(geo.parts), np.int32(N)))
+            if genome["dw_reduce"] == "atomic":
+                return [init, main]
+            rgrid, rblock = reduce_geometry(genome, N)
+            return [init, main, Launch(kernel="bwd_dw_reduce", grid=rgrid, block=rblock,
+                                       args=("dw_part", "dw", np.int32(geo.parts), np.int32(N)))]
         if genome["dw_reduce"] == "atomic":
             zero = Launch(kernel="bwd_dw_zero", grid=(max(1, min(1024, -(-N // ZERO_THREADS))), 1, 1),
                           block=(ZERO_THREADS, 1, 1), args=("dw", np.int32(N)))
@@ -248,6 +279,10 @@ def promises(genome: Mapping[str, Any]) -> dict[str, Sequence[str]]:
         out["dw_atomics"] = ["REDG.E.ADD.F32"]
     if g["cluster"] > 1:
         out["cluster_barrier"] = ["UCGABAR_ARV"]
+    if g.get("row_schedule", "static") == "dynamic":
+        out["cluster_row_counter"] = ["ATOMG.E.ADD"]
+    if g.get("dw_acc", "regs") == "smem":
+        out["dw_shared"] = ["STS.128", "STS.64"]
     if g["rstd_mode"] == "recompute":
         out["rsqrt"] = ["MUFU.RSQ"]
     return out
@@ -274,6 +309,15 @@ EXTREMES: tuple[dict[str, Any], ...] = (
          reduce_threads=256, rstd_mode="recompute"),
     dict(DEFAULT, staging="smem_async", load_cache="default", vec_bytes=8, stages=2, cta_threads=128, chunks=2,
          cluster=1, ctas_per_sm=8),
+    # v3: dynamic row schedule, rings of 3-4 stages, dw accumulators in shared memory
+    dict(DEFAULT, staging="smem_async", load_cache="default", stages=2, cta_threads=512, chunks=4, cluster=16,
+         ctas_per_sm=1, weight_regs=True, row_schedule="dynamic", dw_acc="smem"),
+    dict(DEFAULT, staging="smem_async", load_cache="nc_ef", stages=4, cta_threads=128, chunks=4, cluster=2,
+         ctas_per_sm=2, row_schedule="dynamic", dw_reduce="atomic", reduce_cols=128, reduce_threads=256),
+    dict(DEFAULT, vec_bytes=8, cta_threads=256, chunks=4, cluster=8, ctas_per_sm=2, row_schedule="dynamic",
+         dw_acc="smem", dw_reduce="atomic", reduce_cols=128, reduce_threads=256, rstd_mode="recompute"),
+    dict(DEFAULT, staging="smem_async", load_cache="default", stages=3, cta_threads=256, chunks=4, cluster=1,
+         ctas_per_sm=2, min_blocks=2, dw_acc="smem", weight_regs=True),
 )
 
 

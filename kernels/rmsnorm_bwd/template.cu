@@ -16,8 +16,11 @@
 // Requirements checked by launch(): N * sizeof(T) a multiple of 16 bytes; 16-byte aligned pointers.
 //
 // Genes (#defines): BWD_VEC_BYTES 8|16  BWD_CHUNKS  BWD_CTA_THREADS  BWD_MIN_BLOCKS  BWD_MAXRREG
-//   BWD_STAGES 1|2  BWD_WEIGHT_REGS  BWD_RECOMPUTE (rstd from x)  BWD_DW_ATOMIC
+//   BWD_STAGES 1|2 (1..4 with shared-memory staging: a ring of row groups in flight)  BWD_WEIGHT_REGS
+//   BWD_RECOMPUTE (rstd from x)  BWD_DW_ATOMIC
 //   BWD_STAGING 0 registers | 1 cp.async into shared memory (space v2; BWD_CPASYNC its qualifiers)
+//   BWD_SCHED_DYNAMIC (space v3): clustered entries take their row groups from a counter (below)
+//   BWD_DW_SMEM (space v3): the dw accumulators in dynamic shared memory (after the staging ring)
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 
@@ -28,6 +31,15 @@
 #endif
 #ifndef BWD_STAGING
 #define BWD_STAGING 0          // space v2: 1 = x and dy staged in shared memory by cp.async
+#endif
+#ifndef BWD_SCHED_DYNAMIC
+#define BWD_SCHED_DYNAMIC 0    // space v3: 1 = clustered entries schedule row groups dynamically
+#endif
+#ifndef BWD_DW_SMEM
+#define BWD_DW_SMEM 0          // space v3: 1 = dw accumulators in shared memory, not registers
+#endif
+#if BWD_STAGES > 2 && !BWD_STAGING
+#error "more than two stages need shared-memory staging (BWD_STAGING 1)"
 #endif
 
 #define BWD_NW (BWD_VEC_BYTES / 4)                     // 32-bit words per vector
@@ -198,6 +210,20 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+__device__ __forceinline__ void st_cluster_s32(const int* local_addr, unsigned rank, int v) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(local_addr), ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+  asm volatile("st.shared::cluster.s32 [%0], %1;" :: "r"(ra), "r"(v) : "memory");
+}
+
+// the next row groups of a dynamically scheduled cluster: one atom.global.add per fetch, by one
+// thread of rank 0 (the result travels to the other CTAs with the row sums)
+__device__ __forceinline__ int fetch_groups(int* ctr, int n) {
+  int r;
+  asm volatile("atom.global.add.s32 %0, [%1], %2;" : "=r"(r) : "l"(ctr), "r"(n) : "memory");
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // the row reduction of NV values (dot product; sum of squares with BWD_RECOMPUTE): lanes of a row
 // (TPR <= 32: an aligned group of TPR lanes; else whole warps, then shared memory), then the CTAs of
@@ -205,9 +231,12 @@ __device__ __forceinline__ void cluster_sync() {
 // cluster barrier) per row suffices: a CTA can be at most one row ahead of the slowest reader.
 #define BWD_NV (1 + BWD_RECOMPUTE)
 
+// Dynamic scheduling (BWD_SCHED_DYNAMIC, `xg` non-null): thread (0, 0) of rank 0 also writes `nxt`
+// (the group it fetched) into slot xg[par] of every CTA before the cluster barrier; every thread
+// reads it back into `got` after it. The parity argument above covers xg as it covers xch.
 template <int C>
 __device__ __forceinline__ void row_reduce(float* v, int tpr, int par, float (*red)[BWD_NV][BWD_WARPS],
-                                           float* xch) {
+                                           float* xch, int* xg = nullptr, int nxt = 0, int* got = nullptr) {
   const int lin = threadIdx.y * tpr + threadIdx.x;
 #pragma unroll
   for (int i = 0; i < BWD_NV; ++i) {
@@ -239,7 +268,15 @@ __device__ __forceinline__ void row_reduce(float* v, int tpr, int par, float (*r
           st_cluster_f32(xch + ((par * C + (int)me) * R + threadIdx.y) * BWD_NV + i, (unsigned)dst, v[i]);
       }
     }
+#if BWD_SCHED_DYNAMIC
+    if (xg != nullptr && me == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+      for (int dst = 0; dst < C; ++dst) st_cluster_s32(xg + par, (unsigned)dst, nxt);
+    }
+#endif
     cluster_sync();
+#if BWD_SCHED_DYNAMIC
+    if (xg != nullptr) *got = xg[par];
+#endif
 #pragma unroll
     for (int i = 0; i < BWD_NV; ++i) {
       float s = 0.f;
@@ -262,7 +299,12 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   constexpr int K = BWD_CHUNKS;
   __shared__ float red[2][BWD_NV][BWD_WARPS];
   __shared__ float xch[C > 1 ? 2 * C * BWD_WARPS * BWD_NV : 1];
+#if !BWD_DW_SMEM
   __shared__ __align__(16) float comb[BWD_CTA_THREADS * E];
+#endif
+#if BWD_STAGING || BWD_DW_SMEM
+  extern __shared__ __align__(16) uint32_t dsm[];
+#endif
 
   const int tpr = blockDim.x, R = blockDim.y;
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -279,11 +321,49 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #pragma unroll
   for (int j = 0; j < K; ++j) own[j] = v0 + tx + j * tpr < v1;
 
+#if BWD_DW_SMEM
+  // dw accumulators in shared memory after the staging ring: slots of AW floats (a float4, or a
+  // float2 for 2-element vectors) laid out [row y][vector j][half h][thread tx], so a warp's slot
+  // accesses are consecutive; a thread reads and writes only its own slots until the final combine
+  constexpr int AW = E >= 4 ? 4 : E, AH = E / AW;
+  float* const accs = reinterpret_cast<float*>(dsm) +
+                      (BWD_STAGING ? (size_t)BWD_STAGES * R * 2 * K * tpr * BWD_NW : (size_t)0);
+  auto aslot = [&](int y, int j, int h) -> float* {
+    return accs + ((size_t)((y * K + j) * AH + h) * tpr + tx) * AW;
+  };
+  auto acc_load = [&](float* a, int j) {
+#pragma unroll
+    for (int h = 0; h < AH; ++h) {
+      if constexpr (AW == 4) {
+        const float4 t = *reinterpret_cast<const float4*>(aslot(ty, j, h));
+        a[h * 4] = t.x; a[h * 4 + 1] = t.y; a[h * 4 + 2] = t.z; a[h * 4 + 3] = t.w;
+      } else {
+        const float2 t = *reinterpret_cast<const float2*>(aslot(ty, j, h));
+        a[h * 2] = t.x; a[h * 2 + 1] = t.y;
+      }
+    }
+  };
+  auto acc_store = [&](const float* a, int j) {
+#pragma unroll
+    for (int h = 0; h < AH; ++h) {
+      if constexpr (AW == 4) *reinterpret_cast<float4*>(aslot(ty, j, h)) = make_float4(a[h * 4], a[h * 4 + 1], a[h * 4 + 2], a[h * 4 + 3]);
+      else *reinterpret_cast<float2*>(aslot(ty, j, h)) = make_float2(a[h * 2], a[h * 2 + 1]);
+    }
+  };
+  {
+    float z[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) z[e] = 0.f;
+#pragma unroll
+    for (int j = 0; j < K; ++j) acc_store(z, j);
+  }
+#else
   float acc[K][E];
 #pragma unroll
   for (int j = 0; j < K; ++j)
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[j][e] = 0.f;
+#endif
 #if BWD_WEIGHT_REGS
   float wr[K][E];
 #pragma unroll
@@ -295,7 +375,39 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   }
 #endif
 
-  float ra = 0.f;
+  // The row groups this CTA (cluster) visits, as a queue: gq[0] is the group being computed,
+  // gq[q] the one q visits later, rq[q] its rstd (rstd_mode load); the loads of gq[S - 1] are
+  // issued at the top of a visit (S = BWD_STAGES: S - 1 groups in flight behind the current one).
+  // Static: groups k0, k0 + nk, ... Dynamic (clustered entries of a BWD_SCHED_DYNAMIC genome, more
+  // than one cluster): groups handed out by a counter, ctr = dw_part[nk * N] (the slot past the
+  // partial rows, zeroed by bwd_sched_init), fetched by one thread of rank 0 and broadcast with the
+  // row exchange, so a cluster that starts late (when the GPCs hold fewer clusters than the grid)
+  // finds fewer groups instead of running a second wave.
+  constexpr int S = BWD_STAGES;
+  int gq[S];
+  float rq[S];
+#pragma unroll
+  for (int q = 0; q < S; ++q) { gq[q] = k0 + q * nk; rq[q] = 0.f; }
+#if BWD_SCHED_DYNAMIC
+  __shared__ int xg[2];
+  __shared__ int gst[S];
+  // (the counter's address and `dyn` are recomputed from kernel parameters where used: fewer
+  // registers live across the row loop)
+#define BWD_CTR reinterpret_cast<int*>(dw_part + (size_t)(gridDim.x / C) * (size_t)N)
+  const bool dyn = C > 1 && gridDim.x > C;
+  if (dyn) {
+    cluster_sync();                              // every CTA of the cluster is running
+    if (rank == 0 && tx == 0 && ty == 0) {
+      const int b = fetch_groups(BWD_CTR, S);
+      for (int dst = 0; dst < C; ++dst)
+#pragma unroll
+        for (int q = 0; q < S; ++q) st_cluster_s32(gst + q, (unsigned)dst, b + q);
+    }
+    cluster_sync();
+#pragma unroll
+    for (int q = 0; q < S; ++q) gq[q] = gst[q];
+  }
+#endif
 #if !BWD_STAGING
   // x and dy of the thread's vectors in registers (stages 2: the next row group's in a second set)
   uint32_t xa[K][BWD_NW], da[K][BWD_NW];
@@ -323,8 +435,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) { xv[q] = xa[j][q]; dv[q] = da[j][q]; }
 #else
   // x and dy copied by cp.async into this thread's own slots of shared memory (it reads back only
-  // what it copied, so cp.async.wait_group is the only synchronisation); stages 2: two buffers
-  extern __shared__ __align__(16) uint32_t dsm[];
+  // what it copied, so cp.async.wait_group is the only synchronisation); stages S: a ring of S
   auto slot = [&](int sb, int a, int j) -> uint32_t* {
     return dsm + ((size_t)(((sb * R + ty) * 2 + a) * K + j) * tpr + tx) * BWD_NW;
   };
@@ -356,36 +467,30 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
 
   int par = 0;
-#if BWD_STAGES == 2
 #if BWD_STAGING
-  if (k0 * R < M) load_rows(k0, 0, ra);
-#else
-  if (k0 * R < M) load_rows(k0, xa, da, ra);
+  // prologue: the first S - 1 groups into buffers 0 .. S - 2 (one commit group each)
+#pragma unroll
+  for (int q = 0; q < S - 1; ++q) load_rows(gq[q], q, rq[q]);
+  int sb = 0;                                    // buffer of gq[0]; gq[S - 1] goes to (sb + S - 1) % S
+#elif BWD_STAGES == 2
+  if (gq[0] * R < M) load_rows(gq[0], xa, da, rq[0]);
 #endif
+  while (gq[0] * R < M) {
+    const int g = gq[0];
+#if BWD_SCHED_DYNAMIC
+    const int nxt = (dyn && rank == 0 && tx == 0 && ty == 0) ? fetch_groups(BWD_CTR, 1) : 0;
 #endif
-  for (int g = k0; g * R < M; g += nk) {
-#if BWD_STAGES == 2
-    float rb = 0.f;
 #if BWD_STAGING
-    const int sb = par;
-    if ((g + nk) * R < M) {
-      load_rows(g + nk, sb ^ 1, rb);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+    {
+      const int lb = sb == 0 ? S - 1 : sb - 1;  // (sb + S - 1) % S: the buffer the last visit read
+      load_rows(gq[S - 1], lb, rq[S - 1]);       // always one commit group (empty past the end) ...
+      cp_async_wait<S - 1>();                    // ... so gq[0]'s has landed
     }
-#else
+#elif BWD_STAGES == 2
     uint32_t xb[K][BWD_NW], db[K][BWD_NW];
-    if ((g + nk) * R < M) load_rows(g + nk, xb, db, rb);
-#endif
+    if (gq[1] * R < M) load_rows(gq[1], xb, db, rq[1]);
 #else
-#if BWD_STAGING
-    const int sb = 0;
-    load_rows(g, 0, ra);
-    cp_async_wait<0>();
-#else
-    load_rows(g, xa, da, ra);
-#endif
+    load_rows(g, xa, da, rq[0]);
 #endif
     const int row = g * R + ty;
     const bool live = row < M;
@@ -420,11 +525,16 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
         }
       }
     }
+    int got = 0;
+#if BWD_SCHED_DYNAMIC
+    row_reduce<C>(s, tpr, par, red, xch, dyn ? xg : nullptr, nxt, &got);
+#else
     row_reduce<C>(s, tpr, par, red, xch);
+#endif
 #if BWD_RECOMPUTE
     const float r = rsqrtf(fmaf(s[1], inv_n, eps));
 #else
-    const float r = ra;
+    const float r = rq[0];
 #endif
     const float c = r * s[0] * inv_n;
     // pass 2: dx, and dw += dy * xhat
@@ -441,6 +551,14 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
       BWD_FETCH(j)
       uint32_t o[BWD_NW];
+#if BWD_DW_SMEM
+      float av[E];
+      const bool upd = live && own[j];
+      if (upd) acc_load(av, j);
+#define BWD_ACC(i) av[i]
+#else
+#define BWD_ACC(i) acc[j][i]
+#endif
 #pragma unroll
       for (int q = 0; q < BWD_NW; ++q) {
         float xf[EPW], df[EPW], gf[EPW];
@@ -450,29 +568,79 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
         for (int e = 0; e < EPW; ++e) {
           const float xh = xf[e] * r;
           gf[e] = r * fmaf(-xh, c, wj[q * EPW + e] * df[e]);
-          acc[j][q * EPW + e] = fmaf(df[e], xh, acc[j][q * EPW + e]);
+          BWD_ACC(q * EPW + e) = fmaf(df[e], xh, BWD_ACC(q * EPW + e));
         }
         o[q] = Tr<T>::pack(gf);
       }
+#undef BWD_ACC
+#if BWD_DW_SMEM
+      if (upd) acc_store(av, j);
+#endif
       if (live && own[j]) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
     }
-#if BWD_STAGES == 2
-#if !BWD_STAGING
+#if BWD_STAGES == 2 && !BWD_STAGING
 #pragma unroll
     for (int j = 0; j < K; ++j)
 #pragma unroll
       for (int q = 0; q < BWD_NW; ++q) { xa[j][q] = xb[j][q]; da[j][q] = db[j][q]; }
 #endif
-    ra = rb;
+    // the queue moves on: a new last group (static: nk further; dynamic: the broadcast one)
+    int last = gq[S - 1] + nk;
+#if BWD_SCHED_DYNAMIC
+    if (dyn) last = got;
+#endif
+    (void)got;
+#pragma unroll
+    for (int q = 0; q + 1 < S; ++q) { gq[q] = gq[q + 1]; rq[q] = rq[q + 1]; }
+    gq[S - 1] = last;
+#if BWD_STAGING
+    sb = sb + 1 == S ? 0 : sb + 1;
 #endif
     par ^= 1;
   }
 #undef BWD_FETCH
+#undef BWD_CTR
 
   // the CTA's dw row: rows of the CTA combined through shared memory (R > 1), one chunk at a time
 #if !BWD_DW_ATOMIC
   float* prow = dw_part + (size_t)k0 * (size_t)N;
 #endif
+#if BWD_DW_SMEM
+  if (R == 1) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (!own[j]) continue;
+      const int col = (v0 + tx + j * tpr) * E;
+      float a[E];
+      acc_load(a, j);
+#if BWD_DW_ATOMIC
+#pragma unroll
+      for (int e = 0; e < E; ++e) red_add(dw + col + e, a[e]);
+#else
+      st_f32<E>(prow + col, a);
+#endif
+    }
+  } else {
+    // every row's slots of vector j summed by column (the slots are read across threads now)
+    __syncthreads();
+    const int lin = ty * tpr + tx, nt = tpr * R, span = tpr * E;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      for (int i = lin; i < span; i += nt) {
+        const int t = i / E, e = i - t * E;
+        if (v0 + t + j * tpr >= v1) continue;
+        float sum = 0.f;
+        for (int y = 0; y < R; ++y) sum += accs[((size_t)((y * K + j) * AH + e / AW) * tpr + t) * AW + e % AW];
+        const int col = (v0 + j * tpr) * E + i;
+#if BWD_DW_ATOMIC
+        red_add(dw + col, sum);
+#else
+        prow[col] = sum;
+#endif
+      }
+    }
+  }
+#else
   if (R == 1) {
 #pragma unroll
     for (int j = 0; j < K; ++j) {
@@ -507,6 +675,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
       }
     }
   }
+#endif
   if constexpr (C > 1) cluster_sync();    // no CTA leaves while its cluster may still write its slots
 }
 
@@ -575,3 +744,15 @@ extern "C" __global__ void __launch_bounds__(1024) bwd_dw_reduce(const float* __
 extern "C" __global__ void __launch_bounds__(256) bwd_dw_zero(float* __restrict__ dw, int N) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) dw[i] = 0.f;
 }
+
+#if BWD_SCHED_DYNAMIC
+// before the main kernel of a dynamically scheduled clustered launch: the row-group counter (the
+// int in dw_part[parts * N], past the partial rows) = 0, and dw[0 .. n_dw) = 0 (the atomic
+// variant's zeroing, n_dw = 0 otherwise). Workspace and outputs are poisoned before every launch.
+extern "C" __global__ void __launch_bounds__(256) bwd_sched_init(float* __restrict__ dw, int n_dw,
+                                                                 float* __restrict__ dw_part, int parts, int N) {
+  const int i0 = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i0 == 0) *reinterpret_cast<int*>(dw_part + (size_t)parts * (size_t)N) = 0;
+  for (int i = i0; i < n_dw; i += gridDim.x * blockDim.x) dw[i] = 0.f;
+}
+#endif

@@ -24,7 +24,18 @@ FAMILY = load_family("rmsnorm_bwd")
 FAM = sys.modules["_kernels_rmsnorm_bwd_family"]
 OP = sys.modules["_kernels_rmsnorm_bwd_operation"]
 SMEM_STATIC_LIMIT = 48 * 1024
-COMPILE_SAMPLE = 3                 # random genomes compiled beside DEFAULT and the 8 extremes
+COMPILE_SAMPLE = 3                 # random genomes compiled beside DEFAULT, the extremes and the seeds
+SEEDS_FILE = Path(__file__).resolve().parent.parent / "experiments" / "seeds" / "rmsnorm_bwd_v3.json"
+
+
+def _seeds() -> list[dict]:
+    import json  # noqa: PLC0415
+    return json.loads(SEEDS_FILE.read_text())["genomes"]
+
+
+def _widths(text: str) -> tuple[int, int]:
+    lo, hi = (int(t[:-1]) * 1024 if t.endswith("K") else int(t) for t in text.split("-"))
+    return lo, hi
 
 
 def _cases():
@@ -272,6 +283,30 @@ def test_dynamic_schedule_visits_every_group_once_in_any_interleaving():
         assert all(v == sorted(v) for v in visits)
 
 
+def test_seeds_file_is_valid_v3_and_launches_its_width_range():
+    """experiments/seeds/rmsnorm_bwd_v3.json (the search's seed_genomes): every genome valid in
+    today's space under its recorded key, launching every bf16/fp16 benchmark case of the widths it
+    is seeded for, with the bytes-ahead figures the family's model gives (the file is what the model
+    says, not numbers typed in). The compile test below builds every seed (no spills)."""
+    seeds = _seeds()
+    assert len({s["key"] for s in seeds}) == len(seeds) >= 6
+    assert any(s["genome"]["row_schedule"] == "dynamic" for s in seeds)
+    covered = set()
+    for s in seeds:
+        g = SPACE.make(s["genome"])
+        assert g.key == s["key"], s["name"]
+        lo, hi = _widths(s["for_widths"])
+        for case in FAMILY.benchmark_cases("quack:bf16,fp16"):
+            M, N, dt = case.params["M"], case.params["N"], case.params["dtype"]
+            if lo <= N <= hi:
+                assert FAMILY.launch(g, case) is not None, (s["name"], case.id)
+                covered.add(N)
+            if dt == "bf16":
+                want = FAM.bytes_ahead_per_sm(g, M, N, dt)
+                assert s["kib_ahead_per_sm_bf16"].get(str(N)) == (None if want is None else want // 1024), (s["name"], N)
+    assert covered == {c.params["N"] for c in FAMILY.benchmark_cases("quack:bf16")}
+
+
 def main_smem_ok(g, geo, itemsize: int) -> bool:
     staged = g["stages"] * geo.rows * geo.tpr * g["chunks"] * g["vec_bytes"] * 2 if g["staging"] != "regs" else 0
     if g["dw_acc"] == "smem":
@@ -361,6 +396,7 @@ def test_sample_compiles_without_spills_and_keeps_its_promises(tmp_path):
         pytest.skip("nvcc/cuobjdump not found: install the CUDA toolkit to compile sm_90a cubins")
     from fitness.sass import find  # noqa: PLC0415
     genomes = FAM.sample_genomes(COMPILE_SAMPLE, 9)
+    genomes += [g for g in (SPACE.make(s["genome"]) for s in _seeds()) if g not in genomes]
     jobs = [(f"g{i}", FAMILY.render(g), g) for i, g in enumerate(genomes)]
     with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
         results = list(ex.map(lambda j: (j, _compile(tmp_path, j[0], j[1])), jobs))

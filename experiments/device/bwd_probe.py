@@ -4,6 +4,11 @@ matrix, each case's time printed beside the peers' and the roofline's. A probe f
 author between searches, not a result table (`evo table` makes that).
 
     python3 experiments/device/bwd_probe.py --dtype bf16 [--genome JSON ...] [--random 4] --out $OUT/probe.json
+    python3 experiments/device/bwd_probe.py --dtype bf16 --random 0 --no-defaults \
+        --seeds experiments/seeds/rmsnorm_bwd_v3.json --out $OUT/probe_seeds.json
+
+A genome is judged on every case it can launch (cases it cannot are skipped, as the experiment's
+unsupported_speedup does), so one case it cannot hold does not end its row of the table.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ def main() -> int:
     ap.add_argument("--matrix", default="quack")
     ap.add_argument("--genome", action="append", default=[], help="a genome as JSON (repeatable)")
     ap.add_argument("--random", type=int, default=2, help="seeded random genomes besides DEFAULT and the extremes")
+    ap.add_argument("--no-defaults", action="store_true", help="leave DEFAULT and the extremes out")
+    ap.add_argument("--seeds", default="", help="a seeds file ({\"genomes\": [{\"genome\": ...}, ...]}) to probe too")
     ap.add_argument("--baselines", default="int21,torch,roofline")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -36,12 +43,18 @@ def main() -> int:
     family = type(base)(dtypes=(args.dtype,))
     fam = sys.modules["_kernels_rmsnorm_bwd_family"]
     space = load_space("rmsnorm_bwd")
-    genomes = fam.sample_genomes(args.random) + [space.make(json.loads(g)) for g in args.genome]
+    genomes = fam.sample_genomes(args.random)
+    if args.no_defaults:
+        genomes = genomes[1 + len(fam.EXTREMES):]
+    genomes += [space.make(json.loads(g)) for g in args.genome]
+    if args.seeds:
+        listed = json.loads(Path(args.seeds).read_text())["genomes"]
+        genomes += [space.make(e["genome"] if "genome" in e else e) for e in listed]
     baselines = [b for b in args.baselines.split(",") if b]
     out: dict = {"dtype": args.dtype, "matrix": args.matrix, "genomes": {}}
     t0 = time.time()
     with GPUEvaluator(family, space, matrix=f"{args.matrix}:{args.dtype}", baseline=baselines[0],
-                      baselines=baselines, workers=None, timeout_s=600,
+                      baselines=baselines, workers=None, timeout_s=600, unsupported_speedup=0.01,
                       cache_dir=ROOT / ".cache" / "evo-compile") as ev:
         for g, e in zip(genomes, ev.evaluate_in_full(genomes)):
             rows = {}

@@ -149,6 +149,23 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
                     vectors=V, slice_vectors=-(-V // c), dynamic=dyn and clusters > 1)
 
 
+def bytes_ahead_per_sm(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> int | None:
+    """The template's bytes-in-flight model: x and dy bytes whose loads are outstanding on one SM
+    while a row group is reduced (CTAs per SM x groups loaded ahead x rows x threads per row x
+    chunks x 2 vectors), None when the genome cannot hold the row. Groups ahead: stages - 1 with
+    shared-memory staging (the ring), 1 for two register sets, 0 for one (the loads of a group are
+    issued only after the previous group's dx stores). Little's law turns it into a bound on the
+    read bandwidth: bytes ahead / DRAM latency under load (~1-1.5 us on the H200), to compare with
+    the 2/3 x 4.3 TB/s / 132 = 21.5 GB/s of reads an SM must sustain at the add roofline."""
+    geo = geometry(genome, M, N, dtype)
+    if geo is None:
+        return None
+    g = genome
+    ahead = g["stages"] - 1 if g.get("staging", "regs") == "smem_async" else (1 if g["stages"] == 2 else 0)
+    per_sm = max(1, round(geo.grid / SM_COUNT))
+    return per_sm * ahead * geo.rows * geo.tpr * g["chunks"] * g["vec_bytes"] * 2
+
+
 def reduce_geometry(genome: Mapping[str, Any], N: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(grid, block) of bwd_dw_reduce: reduce_cols columns per CTA (float4 per thread)."""
     bx = genome["reduce_cols"] // 4

@@ -7,6 +7,7 @@
     evo dispatch RUN [--out FILE.json] [--playoff FILE]   # per dtype and N range, the fastest verified genome
     evo report RUN --out DIR [--playoff FILE]   # report.md + figures
     evo export RUN --out DIR [--name PKG]     # the dispatch table as a standalone pip package
+    evo export RUN --with RUN2 --out DIR      # ... with a companion's table (a forward with its backward: trains)
     evo table RUN --out PREFIX [--playoff FILE]   # GPU: the dispatch table timed beside every baseline
     evo playoff RUN --out PREFIX [--margin F]  # GPU: near-tied genomes of each width judged again side by side
     evo ab RUN --out PREFIX --cases IDS --pairs A:B,...   # GPU: same-process A/B of genome pairs
@@ -121,6 +122,9 @@ def parser() -> argparse.ArgumentParser:
                     "dispatch table, for the package README")
     ex.add_argument("--force", action="store_true", help="replace a non-empty --out")
     ex.add_argument("--playoff", default=None, help="the playoff file the dispatch table was chosen with")
+    ex.add_argument("--with", dest="companions", action="append", default=[], metavar="RUN",
+                    help="a run of a companion family the run's family names (e.g. its backward): its table "
+                         "goes into the same package, which the family's templates then wire (repeatable)")
     tb = sub.add_parser("table", help="GPU: the final table: the run's dispatch table verified and timed beside "
                         "the family's baselines in one process (`evo export --bench PREFIX.json` takes it)")
     _add_run_source(tb)
@@ -221,7 +225,8 @@ def _main(argv: Sequence[str] | None) -> int:
             from evo.session import export_run
 
             return export_run(args.run, args.out, run_id=args.run_id, name=args.name, cache_dir=args.cache_dir,
-                              bench=args.bench, force=args.force, playoff=args.playoff)
+                              bench=args.bench, force=args.force, playoff=args.playoff,
+                              companions=args.companions)
         if args.command == "transcript":
             from evo.proposers import write_run_transcript
 

@@ -27,7 +27,7 @@ import re
 import shutil
 import subprocess
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -50,6 +50,8 @@ class ExportResult:
     package: str
     entries: tuple[DispatchEntry, ...]
     kernels: Mapping[str, Mapping[str, Any]]       # genome key -> dispatch.json's kernel info
+    #: role -> {"family", "run_id", "entries", "kernels"} of each companion packaged beside (`--with`)
+    companions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 # -- checks -----------------------------------------------------------------------------------
@@ -105,10 +107,14 @@ def _git_commit() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def _fill(text: str, subs: Mapping[str, str], family: Any = None) -> str:
+def _fill(text: str, subs: Mapping[str, str], family: Any = None, roles: Sequence[str] = ()) -> str:
     """The template with `subs` replaced, and every `__CASES(MATRIX|P1,P2)__` by the list of distinct
     (P1, P2) tuples of the family's benchmark cases of MATRIX, in case order: a template names the
-    matrices and parameters it needs, the family owns their values (one shape list, not two)."""
+    matrices and parameters it needs, the family owns their values (one shape list, not two).
+    Lines between `#@with ROLE` and `#@end` are kept only when a companion of that role is packaged
+    (`roles`), those between `#@without ROLE` and `#@end` only when it is not; the marker lines
+    themselves never are, so a template without companions renders as if they were not there."""
+    text = _with_blocks(text, roles)
     for k, v in subs.items():
         text = text.replace(k, v)
 
@@ -117,6 +123,35 @@ def _fill(text: str, subs: Mapping[str, str], family: Any = None) -> str:
         rows = dict.fromkeys(tuple(c.params[p] for p in params) for c in family.benchmark_cases(m.group(1)))
         return repr(list(rows))
     return re.sub(r"__CASES\(([^|)]+)\|([^)]+)\)__", cases, text) if family is not None else text
+
+
+_WITH = re.compile(r"^[ \t]*#@(with|without)[ \t]+(\w+)[ \t]*$")
+_END = re.compile(r"^[ \t]*#@end[ \t]*$")
+
+
+def _with_blocks(text: str, roles: Sequence[str]) -> str:
+    """`text` with its `#@with ROLE` / `#@without ROLE` ... `#@end` blocks kept or dropped by
+    whether ROLE is packaged, markers removed; ExportError for a block left open, nested, or an
+    #@end without its opening (a broken template)."""
+    if "#@" not in text:
+        return text
+    out, block = [], None           # block: (marker, role) of the open block
+    for line in text.splitlines(keepends=True):
+        opened, closed = _WITH.match(line.rstrip("\n")), _END.match(line.rstrip("\n"))
+        if opened:
+            if block is not None:
+                raise ExportError(f"template: '#@{opened.group(1)} {opened.group(2)}' inside the "
+                                  f"'#@{block[0]} {block[1]}' block")
+            block = (opened.group(1), opened.group(2))
+        elif closed:
+            if block is None:
+                raise ExportError("template: '#@end' without '#@with' or '#@without'")
+            block = None
+        elif block is None or (block[1] in roles) == (block[0] == "with"):
+            out.append(line)
+    if block is not None:
+        raise ExportError(f"template: the '#@{block[0]} {block[1]}' block is never closed")
+    return "".join(out)
 
 
 def _find_bench(entries: Sequence[DispatchEntry], bench: str | Path | None) -> tuple[dict | None, Path | None]:
@@ -210,11 +245,33 @@ def _num(v: Any) -> Any:
 
 
 # -- export -----------------------------------------------------------------------------------
-def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None, name: str | None = None,
-               cache_dir: str | Path | None = None, bench: str | Path | None = None, force: bool = False,
-               compiler: Any = None, playoff: str | Path | None = None) -> ExportResult:
-    """Write the package for the run at `source` (run dir, store URL or dump JSON) into `out`."""
-    from fitness.compile import Compiler, compile_key
+@dataclass
+class _Table:
+    """One run's dispatch table on its way into a package folder: the run, its family, the entries
+    and, once `_render_sources` ran, each genome's rendered source and nvcc flags."""
+
+    source: str
+    frames: RunFrames
+    family: Any
+    family_name: str
+    entries: list[DispatchEntry]
+    by_key: dict[str, Any]
+    winners: Any = None
+    genomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    flags: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> list[str]:
+        return list(dict.fromkeys(e.key for e in self.entries))
+
+    @property
+    def arch(self) -> str:
+        return (self.frames.run["config"].get("target") or {}).get("arch", "sm_90a")
+
+
+def _open_run(source: str | Path, run_id: str | None) -> tuple[RunFrames, Any, str]:
+    """(frames, family, family name) of a run; ExportError when it or its family cannot be loaded."""
     from fitness.family import FamilyNotFound, load_family
 
     try:
@@ -226,14 +283,12 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
         family = load_family(family_name)
     except FamilyNotFound as exc:
         raise ExportError(str(exc)) from None
-    templates = family.export_templates()
-    geometry_src = family.export_launch_source()
-    if geometry_src is None or templates is None or not templates.is_dir():
-        raise ExportError(f"family {family_name!r} cannot be exported (no export_launch_source() hook or no "
-                          f"export templates: kernels/{family_name}/export/)")
-    pkg = name or f"ptxk_{family_name}"
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", pkg):
-        raise ExportError(f"package name {pkg!r} is not a Python identifier")
+    return frames, family, family_name
+
+
+def _table(source: str | Path, frames: RunFrames, family: Any, family_name: str,
+           playoff: str | Path | None = None) -> _Table:
+    """The run's dispatch table, refused (ExportError) unless every genome it holds was verified."""
     check_exportable(frames)
     baseline = frames.run["baseline"]
     try:
@@ -253,6 +308,117 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
                 raise ExportError(f"dispatch genome {r.key} has an evaluation that failed verification: "
                                   f"{'; '.join(problems)}")
             by_key.setdefault(r.key, r.evaluation)
+    return _Table(str(source), frames, family, family_name, entries, by_key, winners)
+
+
+def _companion_tables(family: Any, family_name: str, templates: Path, sources: Sequence[str | Path]) -> dict[str, _Table]:
+    """role -> table of each `--with` run: its family must be one the exported family names as a
+    companion (KernelFamily.export_companions), once, with templates under export/<role>/ and a
+    packaged geometry of its own."""
+    named = {fam: role for role, fam in family.export_companions().items()}
+    out: dict[str, _Table] = {}
+    for src in sources:
+        frames, fam, fam_name = _open_run(src, None)
+        role = named.get(fam_name)
+        if role is None:
+            raise ExportError(f"--with {src}: a {fam_name!r} run; family {family_name!r} packages companions "
+                              f"{sorted(named) or 'none'} (KernelFamily.export_companions)")
+        if role in out:
+            raise ExportError(f"--with {src}: a second {fam_name!r} run (role {role!r} is already {out[role].source})")
+        if not (templates / role).is_dir():
+            raise ExportError(f"family {family_name!r} names {fam_name!r} as its {role!r} companion but has no "
+                              f"export templates for it ({templates / role})")
+        if fam.export_launch_source() is None:
+            raise ExportError(f"--with {src}: family {fam_name!r} has no export_launch_source() hook")
+        try:
+            out[role] = _table(src, frames, fam, fam_name)
+        except ExportError as exc:
+            raise ExportError(f"--with {src}: {exc}") from None
+    return out
+
+
+def _render_sources(t: _Table, arch: str) -> None:
+    """Each genome's source and flags as the judge compiled them; ExportError when the template or
+    its flags changed since the run (the package must hold the kernels the judge verified and timed)."""
+    from fitness.compile import compile_key
+
+    t.genomes = {e.key: dict(e.genome) for e in t.entries}
+    t.sources = {k: t.family.render(_make_genome(t.family, t.genomes[k])) for k in t.keys}
+    t.flags = {k: list(t.family.compile_flags(_make_genome(t.family, t.genomes[k]))) for k in t.keys}
+    for k in t.keys:
+        ev = t.by_key.get(k)
+        judged = ev.artifacts.get("source_hash") if ev is not None else None
+        if judged:
+            recorded_toolkit = (ev.toolkit or "").removeprefix("nvcc ").strip()
+            if compile_key(t.sources[k], t.flags[k], str(ev.artifacts.get("arch") or arch), recorded_toolkit) != judged:
+                raise ExportError(f"genome {k}: the source rendered now is not the one the judge compiled "
+                                  f"(compile key {judged[:12]} with {ev.toolkit or 'its toolkit'}): the kernel "
+                                  f"template or its flags changed since the run; export it from the commit it "
+                                  f"was made with")
+
+
+def _write_table(folder: Path, t: _Table, results: Mapping[str, Any], compiler: Any, arch: str,
+                 geometry_src: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """kernels/ (source, cubin, PTX, genome of each), dispatch.json and _geometry.py of one table
+    in `folder`; (dispatch.json's content, its kernels)."""
+    (folder / "kernels").mkdir(parents=True)
+    kernels: dict[str, dict[str, Any]] = {}
+    for k in t.keys:
+        res = results[k]
+        (folder / "kernels" / f"{k}.cu").write_text(t.sources[k])
+        shutil.copyfile(res.cubin_path, folder / "kernels" / f"{k}.cubin")
+        shutil.copyfile(res.ptx_path, folder / "kernels" / f"{k}.ptx")
+        (folder / "kernels" / f"{k}.json").write_text(json.dumps(t.genomes[k], indent=1, sort_keys=True) + "\n")
+        judged = t.by_key[k].artifacts.get("source_hash") if k in t.by_key else None
+        kernels[k] = {"genome": t.genomes[k], "source": f"kernels/{k}.cu", "cubin": f"kernels/{k}.cubin",
+                      "ptx": f"kernels/{k}.ptx", "arch": arch,
+                      "nvcc_flags": ["-cubin", "-gencode", compiler.target, *_base_flags(), *t.flags[k]],
+                      "entries": sorted(res.kernels), "toolkit": res.toolkit,
+                      "compile_hash": res.source_hash, "judge_compile_hash": judged,
+                      "same_compile_as_judge": judged == res.source_hash if judged else None}
+    entries = t.entries
+    measured = sorted({e.group for e in entries})
+    served = [tuple(g) for g in t.family.export_groups()] or measured       # the family's order
+    settings = {str(k): str(v) for k, v in t.family.export_settings().items()}
+    table_entries = [dict(e.to_dict(), measured=True) for e in entries]
+    donor = next((g for g in served if g in measured), measured[0])
+    for group in served:         # groups the run did not time: the donor's ranges (same kernels)
+        if group not in measured:
+            table_entries += [dict(DispatchEntry(e.keys, group, e.lo, e.hi, e.key, e.genome).to_dict(),
+                                   measured=False, ranges_from="/".join(donor))
+                              for e in entries if e.group == donor]
+    dispatch = {"family": t.family_name, "run_id": t.frames.run["run_id"], "metric": t.frames.metric,
+                "baseline": t.frames.run["baseline"], "arch": arch, **settings,
+                "entries": table_entries, "kernels": kernels}
+    (folder / "dispatch.json").write_text(json.dumps(dispatch, indent=1) + "\n")
+    (folder / "_geometry.py").write_text(geometry_src)
+    return dispatch, kernels
+
+
+def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None, name: str | None = None,
+               cache_dir: str | Path | None = None, bench: str | Path | None = None, force: bool = False,
+               compiler: Any = None, playoff: str | Path | None = None,
+               companions: Sequence[str | Path] = ()) -> ExportResult:
+    """Write the package for the run at `source` (run dir, store URL or dump JSON) into `out`.
+
+    `companions` (`--with`): runs of the families the run's family names in export_companions(),
+    e.g. a forward's backward; each one's table goes under `<package>/<role>/` (kernels/,
+    dispatch.json, _geometry.py), the templates under export/<role>/ are added and the
+    `#@with <role>` blocks of the others kept. Without companions the package is the run's alone."""
+    from fitness.compile import Compiler
+
+    frames, family, family_name = _open_run(source, run_id)
+    templates = family.export_templates()
+    geometry_src = family.export_launch_source()
+    if geometry_src is None or templates is None or not templates.is_dir():
+        raise ExportError(f"family {family_name!r} cannot be exported (no export_launch_source() hook or no "
+                          f"export templates: kernels/{family_name}/export/)")
+    pkg = name or f"ptxk_{family_name}"
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", pkg):
+        raise ExportError(f"package name {pkg!r} is not a Python identifier")
+    main = _table(source, frames, family, family_name, playoff)
+    extra = _companion_tables(family, family_name, templates, companions)
+    entries, winners, baseline = main.entries, main.winners, frames.run["baseline"]
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -262,64 +428,39 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
 
     # compile every distinct genome with the judge's compiler
     config = frames.run["config"]
-    arch = (config.get("target") or {}).get("arch", "sm_90a")
+    arch = main.arch
+    for role, t in extra.items():
+        if t.arch != arch:
+            raise ExportError(f"--with {t.source}: its kernels are for {t.arch}, the package's for {arch}")
     if compiler is None:
         cache = cache_dir or (config.get("evaluator") or {}).get("cache_dir") or ".cache/evo-compile"
         compiler = Compiler(cache, arch=arch, keep_ptx=True)
-    keys = list(dict.fromkeys(e.key for e in entries))
-    genomes = {e.key: dict(e.genome) for e in entries}
-    sources = {k: family.render(_make_genome(family, genomes[k])) for k in keys}
-    flags = {k: list(family.compile_flags(_make_genome(family, genomes[k]))) for k in keys}
-    for k in keys:             # the package must hold the kernels the judge verified and timed
-        ev = by_key.get(k)
-        judged = ev.artifacts.get("source_hash") if ev is not None else None
-        if judged:
-            recorded_toolkit = (ev.toolkit or "").removeprefix("nvcc ").strip()
-            if compile_key(sources[k], flags[k], str(ev.artifacts.get("arch") or arch), recorded_toolkit) != judged:
-                raise ExportError(f"genome {k}: the source rendered now is not the one the judge compiled "
-                                  f"(compile key {judged[:12]} with {ev.toolkit or 'its toolkit'}): the kernel "
-                                  f"template or its flags changed since the run; export it from the commit it "
-                                  f"was made with")
-    results = dict(zip(keys, _compile_with_progress(compiler, [(sources[k], flags[k]) for k in keys], arch)))
-    for k, res in results.items():
+    tables = [main, *extra.values()]
+    for t in tables:
+        _render_sources(t, arch)
+    items = [(t, k) for t in tables for k in t.keys]
+    compiled = _compile_with_progress(compiler, [(t.sources[k], t.flags[k]) for t, k in items], arch)
+    results: dict[int, dict[str, Any]] = {id(t): {} for t in tables}
+    for (t, k), res in zip(items, compiled):
         if not res.ok:
             raise ExportError(f"genome {k} does not compile here: {res.log.strip().splitlines()[-1:]}")
         if not res.ptx_path:
             raise ExportError(f"genome {k}: no PTX kept by the compiler")
+        results[id(t)][k] = res
 
     # the package
     pdir = out / pkg
-    (pdir / "kernels").mkdir(parents=True)
-    (out / "tests").mkdir()
-    kernels: dict[str, dict[str, Any]] = {}
-    for k in keys:
-        res = results[k]
-        (pdir / "kernels" / f"{k}.cu").write_text(sources[k])
-        shutil.copyfile(res.cubin_path, pdir / "kernels" / f"{k}.cubin")
-        shutil.copyfile(res.ptx_path, pdir / "kernels" / f"{k}.ptx")
-        (pdir / "kernels" / f"{k}.json").write_text(json.dumps(genomes[k], indent=1, sort_keys=True) + "\n")
-        judged = by_key[k].artifacts.get("source_hash") if k in by_key else None
-        kernels[k] = {"genome": genomes[k], "source": f"kernels/{k}.cu", "cubin": f"kernels/{k}.cubin",
-                      "ptx": f"kernels/{k}.ptx", "arch": arch,
-                      "nvcc_flags": ["-cubin", "-gencode", compiler.target, *_base_flags(), *flags[k]],
-                      "entries": sorted(res.kernels), "toolkit": res.toolkit,
-                      "compile_hash": res.source_hash, "judge_compile_hash": judged,
-                      "same_compile_as_judge": judged == res.source_hash if judged else None}
-    measured = sorted({e.group for e in entries})
-    served = [tuple(g) for g in family.export_groups()] or measured       # the family's order
+    (out / "tests").mkdir(parents=True)
+    dispatch, kernels = _write_table(pdir, main, results[id(main)], compiler, arch, geometry_src)
     settings = {str(k): str(v) for k, v in family.export_settings().items()}
-    table_entries = [dict(e.to_dict(), measured=True) for e in entries]
-    donor = next((g for g in served if g in measured), measured[0])
-    for group in served:         # groups the run did not time: the donor's ranges (same kernels)
-        if group not in measured:
-            table_entries += [dict(DispatchEntry(e.keys, group, e.lo, e.hi, e.key, e.genome).to_dict(),
-                                   measured=False, ranges_from="/".join(donor))
-                              for e in entries if e.group == donor]
-    dispatch = {"family": family_name, "run_id": frames.run["run_id"], "metric": frames.metric,
-                "baseline": baseline, "arch": arch, **settings,
-                "entries": table_entries, "kernels": kernels}
-    (pdir / "dispatch.json").write_text(json.dumps(dispatch, indent=1) + "\n")
-    (pdir / "_geometry.py").write_text(geometry_src)
+    parts: dict[str, dict[str, Any]] = {}
+    for role, t in extra.items():
+        folder = pdir / role
+        doc, kern = _write_table(folder, t, results[id(t)], compiler, arch, t.family.export_launch_source())
+        (folder / "__init__.py").write_text(
+            f'"""The {role} kernels of {pkg} (family {t.family_name}, run {t.frames.run["run_id"]}): '
+            f'dispatch.json, kernels/ and\n_geometry.py, read by the package\'s runtime."""\n')
+        parts[role] = {"table": t, "dispatch": doc, "kernels": kern}
 
     bench_data, bench_path = _find_bench(entries, bench)
     devices = sorted({r.evaluation.device for r in frames.records if r.evaluation.device})
@@ -327,7 +468,7 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
     provenance = {
         "package": pkg, "version": PACKAGE_VERSION, "family": family_name, "run_id": frames.run["run_id"],
         "run_name": frames.run.get("name"), "metric": frames.metric, "baseline": baseline,
-        "genomes": genomes, "gpu": devices, "toolkit_in_run": toolkits,
+        "genomes": main.genomes, "gpu": devices, "toolkit_in_run": toolkits,
         "toolkit_export": compiler.toolkit, "arch": arch,
         "bench": ({"file": bench_path.name, "gpu": bench_data.get("gpu"), "versions": bench_data.get("versions"),
                    "command": bench_data.get("command")} if bench_data else None),
@@ -338,18 +479,25 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
     if playoff:     # the widths whose genome a same-process playoff chose, not the recorded fastest
         provenance["playoff"] = {"file": str(playoff),
                                  "winners": {frames.keys.slug(p): k for p, k in sorted(winners.items())}}
+    if parts:
+        provenance["companions"] = {role: _companion_provenance(p["table"]) for role, p in parts.items()}
     (pdir / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
 
+    roles = tuple(parts)
     cupy_wheel = cupy_for_toolkit(str(getattr(compiler, "toolkit", "") or ""))
     subs = {"__PKG__": pkg, "__RUN_ID__": frames.run["run_id"], "__VERSION__": PACKAGE_VERSION,
-            **{f"__{k.upper()}__": v for k, v in settings.items()}, "__CUPY__": cupy_wheel}
-    (pdir / "__init__.py").write_text(_fill((templates / "__init__.py.tmpl").read_text(), subs))
-    bench_src = _fill((templates / "bench.py.tmpl").read_text(), subs, family)
+            **{f"__{k.upper()}__": v for k, v in settings.items()}, "__CUPY__": cupy_wheel,
+            **{f"__{role.upper()}_RUN_ID__": p["table"].frames.run["run_id"] for role, p in parts.items()}}
+    (pdir / "__init__.py").write_text(_fill((templates / "__init__.py.tmpl").read_text(), subs, roles=roles))
+    bench_src = _fill((templates / "bench.py.tmpl").read_text(), subs, family, roles=roles)
     (pdir / "bench.py").write_text(bench_src)
     (out / "bench.py").write_text(f'"""Run {pkg}.bench (see its docstring)."""\nfrom {pkg}.bench import main\n\n'
                                   'if __name__ == "__main__":\n    raise SystemExit(main())\n')
-    (out / "tests" / f"test_{pkg}.py").write_text(_fill((templates / "test_pkg.py.tmpl").read_text(), subs))
-    (out / "pyproject.toml").write_text(_pyproject(pkg, frames.run["run_id"], cupy_wheel))
+    (out / "tests" / f"test_{pkg}.py").write_text(_fill((templates / "test_pkg.py.tmpl").read_text(), subs,
+                                                        roles=roles))
+    for role in roles:
+        _write_role_templates(templates / role, out, pkg, subs, family, roles)
+    (out / "pyproject.toml").write_text(_pyproject(pkg, frames.run["run_id"], cupy_wheel, roles))
     (out / f"{BUILD_BACKEND}.py").write_text(_build_backend())
     if bench_data:
         table = _table_from_bench(bench_data, bench_path, entries, baseline)
@@ -360,10 +508,82 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
         measured_note = (f"Per-case figures recorded by the search (run {frames.run['run_id']}) on "
                          f"{', '.join(devices) or '?'}: median of the judge's samples, L2 flushed.")
     subs["__TOOLKIT__"] = str(provenance["toolkit_export"])
-    usage = {part: _fill((templates / f"{part}.md.tmpl").read_text(), subs) if (templates / f"{part}.md.tmpl").is_file()
-             else "" for part in ("usage", "files")}
-    (out / "README.md").write_text(_readme(pkg, family_name, frames, dispatch, table, measured_note, provenance, usage))
-    return ExportResult(out, pkg, tuple(entries), kernels)
+    usage = {part: _fill((templates / f"{part}.md.tmpl").read_text(), subs, roles=roles)
+             if (templates / f"{part}.md.tmpl").is_file() else "" for part in ("usage", "files")}
+    for role in roles:         # a companion's README parts follow the family's own
+        for part in ("usage", "files"):
+            extra_md = templates / role / f"{part}.md.tmpl"
+            if extra_md.is_file():
+                usage[part] = usage[part].rstrip("\n") + "\n\n" + _fill(extra_md.read_text(), subs, roles=roles)
+    readme = _readme(pkg, family_name, frames, dispatch, table, measured_note, provenance, usage)
+    if parts:
+        readme = readme.rstrip("\n") + "\n" + "".join(_companion_readme(role, p["table"], p["dispatch"], pkg)
+                                                      for role, p in parts.items())
+    (out / "README.md").write_text(readme)
+    return ExportResult(out, pkg, tuple(entries), kernels,
+                        {role: {"family": p["table"].family_name, "run_id": p["table"].frames.run["run_id"],
+                                "entries": tuple(p["table"].entries), "kernels": p["kernels"]}
+                         for role, p in parts.items()})
+
+
+def _write_role_templates(folder: Path, out: Path, pkg: str, subs: Mapping[str, str], family: Any,
+                          roles: Sequence[str]) -> None:
+    """Every `*.tmpl` under export/<role>/ but its README parts (top-level *.md.tmpl), written to
+    the same relative path under the export with `PKG` in a name replaced by the package name and
+    `.tmpl` dropped (export/<role>/PKG/x.py.tmpl -> <pkg>/x.py, tests/test_PKG_y.py.tmpl ->
+    tests/test_<pkg>_y.py)."""
+    for path in sorted(folder.rglob("*.tmpl")):
+        rel = path.relative_to(folder)
+        if len(rel.parts) == 1 and rel.name.endswith(".md.tmpl"):
+            continue
+        dest = out.joinpath(*(p.replace("PKG", pkg) for p in rel.parts)).with_suffix("")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(_fill(path.read_text(), subs, family, roles=roles))
+
+
+def _companion_provenance(t: _Table) -> dict[str, Any]:
+    frames = t.frames
+    return {"family": t.family_name, "run_id": frames.run["run_id"], "run_name": frames.run.get("name"),
+            "metric": frames.metric, "baseline": frames.run["baseline"], "genomes": t.genomes,
+            "gpu": sorted({r.evaluation.device for r in frames.records if r.evaluation.device}),
+            "toolkit_in_run": sorted({r.evaluation.toolkit for r in frames.records if r.evaluation.toolkit}),
+            "source": t.source}
+
+
+def _companion_readme(role: str, t: _Table, dispatch: Mapping[str, Any], pkg: str) -> str:
+    """A companion's sections of the README: its measured figures and its dispatch table."""
+    frames, keys = t.frames, t.frames.keys
+    devices = sorted({r.evaluation.device for r in frames.records if r.evaluation.device})
+    bench_data, bench_path = _find_bench(t.entries, None)
+    if bench_data:
+        table = _table_from_bench(bench_data, bench_path, t.entries, frames.run["baseline"])
+        note = (f"Measured by the factory's benchmark (`{bench_data.get('command', '')}`) on "
+                f"{bench_data.get('gpu', '?')}.")
+    else:
+        table = _table_from_records(t.entries, frames.run["baseline"])
+        note = (f"Per-case figures recorded by the search (run {frames.run['run_id']}, family "
+                f"{t.family_name}) on {', '.join(devices) or '?'}: median of the judge's samples.")
+    head = [f.title for f in keys.exact] + ([f"{keys.ordered.title} range"] if keys.ordered is not None else [])
+    rows = ["| " + " | ".join([*head, "genome | measured |"]), "|" + "---|" * (len(head) + 2)]
+    for d in dispatch["entries"]:
+        e = DispatchEntry.from_dict(d, keys)
+        where = [*e.group, *([e.range_label] if keys.ordered is not None else [])]
+        rows.append("| " + " | ".join([*where, e.key]) + " | "
+                    f"{'yes' if d['measured'] else 'no (ranges of ' + d.get('ranges_from', '?') + ')'} |")
+    return f"""
+## Measured: {role} ({t.family_name})
+
+{note}
+
+{table}
+
+## Dispatch: {role}
+
+From run `{frames.run['run_id']}`; files under `{pkg}/{role}/` (`dispatch.json`, `_geometry.py`,
+`kernels/<key>.cu|.cubin|.ptx|.json`).
+
+{chr(10).join(rows)}
+"""
 
 
 def _make_genome(family: Any, genome: Mapping[str, Any]) -> Any:
@@ -465,7 +685,11 @@ get_requires_for_build_sdist = _wrap_requires("get_requires_for_build_sdist")
 '''
 
 
-def _pyproject(pkg: str, run_id: str, cupy_wheel: str) -> str:
+def _pyproject(pkg: str, run_id: str, cupy_wheel: str, roles: Sequence[str] = ()) -> str:
+    """pyproject.toml; each companion role is a subpackage with its own data files."""
+    packages = ", ".join(f'"{p}"' for p in [pkg, *(f"{pkg}.{r}" for r in roles)])
+    data = "".join(f', "{r}/dispatch.json", "{r}/kernels/*.cubin", "{r}/kernels/*.ptx", "{r}/kernels/*.cu", '
+                   f'"{r}/kernels/*.json"' for r in roles)
     return f"""[build-system]
 requires = ["setuptools>=61"]
 build-backend = "{BUILD_BACKEND}"
@@ -485,10 +709,10 @@ cupy = ["{cupy_wheel}"]
 test = ["pytest"]
 
 [tool.setuptools]
-packages = ["{pkg}"]
+packages = [{packages}]
 
 [tool.setuptools.package-data]
-{pkg} = ["dispatch.json", "provenance.json", "kernels/*.cubin", "kernels/*.ptx", "kernels/*.cu", "kernels/*.json"]
+{pkg} = ["dispatch.json", "provenance.json", "kernels/*.cubin", "kernels/*.ptx", "kernels/*.cu", "kernels/*.json"{data}]
 """
 
 

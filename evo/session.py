@@ -298,5 +298,7 @@ def export_run(source: str | Path, out: str | Path, **options) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {result.package} to {result.path}: {len(result.entries)} dispatch entries, "
-          f"{len(result.kernels)} kernels (install with: pip install {result.path})")
+          f"{len(result.kernels)} kernels" + "".join(
+              f", {role}: {len(c['entries'])} entries, {len(c['kernels'])} kernels" for role, c in result.companions.items())
+          + f" (install with: pip install {result.path})")
     return 0

@@ -444,6 +444,15 @@ class KernelFamily(abc.ABC):
         folder = Path(path).resolve().parent / "export" if path else None
         return folder if folder is not None and folder.is_dir() else None
 
+    def export_companions(self) -> dict[str, str]:
+        """Families whose exported tables this family's package can carry beside its own, by role
+        (`evo export RUN --with OTHER_RUN`): role -> family name, e.g. a forward naming its
+        backward so that one package trains. A companion's table, kernels and `_geometry.py` go
+        under `<package>/<role>/`; the templates under `export/<role>/` of this family wire them
+        (and `#@with <role>` ... `#@end` blocks of its other templates are kept only then).
+        Default: none."""
+        return {}
+
     def export_launch_source(self) -> str | None:
         """Python source of a standalone module (standard library only) defining
         `launch(genome, **case_params) -> dict | None` with the keys kernel, grid, block,

@@ -321,6 +321,11 @@ class RMSNormFamily(op.RMSNormOperation):
     def export_settings(self) -> dict[str, str]:
         return {"weight_dtype": self.dtype_pairs()[0][1]}
 
+    def export_companions(self) -> dict[str, str]:
+        """The backward family's table rides along as `backward` (`evo export FWD --with BWD`):
+        export/backward/ wires it into a training op (torch.library autograd) and RMSNorm module."""
+        return {"backward": "rmsnorm_bwd"}
+
     # -- the plain baseline --------------------------------------------------------------
     def render_plain(self) -> str:
         entries = [f"RMS_PLAIN_ENTRY({entry_name(xd, wd, prefix='rmsnorm_plain')}, {_CTYPE[xd]}, {_CTYPE[wd]})"

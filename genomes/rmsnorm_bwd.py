@@ -239,7 +239,10 @@ SPACE_V2 = GeneSpace(
 #:  - dw_acc = smem: the dw accumulators in dynamic shared memory (after the ring), so a thread's
 #:    registers no longer grow with chunks x elements per vector: 512-thread CTAs of 4 vectors with
 #:    shared-memory staging and a ring, 1024-thread CTAs, and fp32 8192 x 262144 (1 MB rows of x and
-#:    dy over a cluster of 16: 128 KB of staging and 64 KB of accumulators per CTA) fit.
+#:    dy over a cluster of 16: 128 KB of staging and 64 KB of accumulators per CTA) fit;
+#:  - vector_loop = rolled: the passes loop over a thread's vectors without unrolling, so a 1024-thread
+#:    CTA of 4 vectors fits its 64 registers in the 16-bit entries too (unrolled, they spilled 12-24
+#:    bytes): the shape fp32 8192 x 262144 needs.
 ROW_SCHEDULE = Choice("row_schedule", options=("static", "dynamic"), group="geometry", legacy="static",
                       doc="clustered launches: static (cluster k takes row groups k, k + K, ...) | dynamic (groups "
                           "handed out by a global counter, atom.global.add by rank 0 broadcast with the row "
@@ -254,6 +257,10 @@ STAGES_V3 = IntRange("stages", low=1, high=4, group="pipeline",
 DW_ACC = Choice("dw_acc", options=("regs", "smem"), group="reduce", legacy="regs",
                 doc="where a thread's dw accumulators live across rows: regs (fp32 registers) | smem (its own "
                     "float4/float2 slots of dynamic shared memory, LDS + STS per vector and row; v3)")
+VECTOR_LOOP = Choice("vector_loop", options=("unrolled", "rolled"), group="compile", legacy="unrolled",
+                     doc="the two passes over a thread's vectors: unrolled (ptxas hoists every vector's loads: "
+                         "registers grow with chunks) | rolled (#pragma unroll 1, one vector live: needs dw_acc = "
+                         "smem, staging = smem_async and weight_regs off; v3)")
 #: dynamic shared memory of a dw_acc = smem genome (staging ring + accumulators): 227 KB per block
 #: less the static shared memory left without the rows' combine buffer (exchange slots, 9 KB)
 MAX_DW_SMEM_BYTES = 212 * 1024
@@ -277,6 +284,10 @@ def register_demand_v3(v: Mapping[str, Any]) -> int:
         # induction registers (DEFAULT with a dynamic schedule spilled 8-24 bytes at its 128, where
         # the static one fits exactly): a wide margin where the accumulators stay in registers
         extra += 32 if v.get("dw_acc", "regs") == "regs" else 8
+    if v.get("vector_loop", "unrolled") == "rolled":
+        # one vector of x, dy, weight and accumulators live at a time, whatever chunks is (1024 x 4
+        # vectors, dynamic: 56-61 registers at its 64, no spills)
+        return DW_SMEM_BASE + 2 * (v["vec_bytes"] // 2) + extra
     if v.get("dw_acc", "regs") == "smem":
         words, elems = v["vec_bytes"] // 4, v["vec_bytes"] // 2
         held = 2 * words * v["stages"] if v.get("staging", "regs") == "regs" else 2 * words
@@ -290,7 +301,7 @@ def register_demand_v3(v: Mapping[str, Any]) -> int:
 DW_SMEM_BASE = 40
 
 
-REGISTERS_FIT_V3 = require("registers_fit", REGISTERS_FIT_V2.genes + ("dw_acc",),
+REGISTERS_FIT_V3 = require("registers_fit", REGISTERS_FIT_V2.genes + ("dw_acc", "vector_loop"),
                            lambda v: register_demand_v3(v) <= register_cap(v),
                            "the data a thread holds (x, dy, weight, dw accumulators) must fit its register budget "
                            "(no spills)")
@@ -304,6 +315,10 @@ V3_CONSTRAINTS = (
     implies("dynamic_schedule_has_no_slack", ("row_schedule", "cluster_slack"),
             lambda v: v["row_schedule"] == "dynamic", lambda v: v["cluster_slack"] == 0,
             "a dynamic schedule needs no slack (late clusters find fewer groups): cluster_slack = 0"),
+    implies("rolled_loop_needs_shared_state", ("vector_loop", "dw_acc", "staging", "weight_regs"),
+            lambda v: v["vector_loop"] == "rolled",
+            lambda v: v["dw_acc"] == "smem" and v["staging"] == "smem_async" and not v["weight_regs"],
+            "a rolled vector loop indexes no register array: dw_acc = smem, staging = smem_async, weight_regs off"),
     implies("dw_smem_fits_shared_memory", ("dw_acc", "staging", "stages", "cta_threads", "chunks", "vec_bytes"),
             lambda v: v["dw_acc"] == "smem",
             lambda v: (staging_bytes(v) if v["staging"] == "smem_async" else 0) + dw_smem_bytes(v) <= MAX_DW_SMEM_BYTES,
@@ -314,7 +329,7 @@ _AT3 = SPACE_V2.names.index("cluster_slack") + 1
 SPACE_V3 = GeneSpace(
     name="rmsnorm_bwd", doc=SPACE_V1.doc,
     genes=tuple(STAGES_V3 if g.name == "stages" else g for g in SPACE_V2.genes[:_AT3]) + (ROW_SCHEDULE,)
-    + tuple(STAGES_V3 if g.name == "stages" else g for g in SPACE_V2.genes[_AT3:]) + (DW_ACC,),
+    + tuple(STAGES_V3 if g.name == "stages" else g for g in SPACE_V2.genes[_AT3:]) + (DW_ACC, VECTOR_LOOP),
     constraints=tuple(REGISTERS_FIT_V3 if c.name == "registers_fit" else c for c in SPACE_V2.constraints)
     + V3_CONSTRAINTS,
 )

@@ -67,6 +67,7 @@ def test_default_and_extremes_are_valid_and_cover_the_variants():
     assert {g["row_schedule"] for g in gs} == {"static", "dynamic"} and {g["dw_acc"] for g in gs} == {"regs", "smem"}
     assert {3, 4} <= {g["stages"] for g in gs}
     assert {g["dw_reduce"] for g in gs if g["row_schedule"] == "dynamic"} == {"partials", "atomic"}
+    assert {g["vector_loop"] for g in gs} == {"unrolled", "rolled"}
 
 
 def test_constraints_reject_invalid_combinations():
@@ -125,6 +126,8 @@ def test_every_gene_but_the_launch_only_ones_changes_the_source():
                 continue
             # repair may undo a value that needs two other genes moved (staging: the cache op, chunks)
             tries = [dict(DEFAULT, staging="smem_async", load_cache="default", chunks=2)] if gene.name == "staging" else []
+            if gene.name == "vector_loop":      # rolled needs staging and dw_acc moved too
+                tries = [dict(DEFAULT, staging="smem_async", load_cache="default", dw_acc="smem", vector_loop=value)]
             tries += [dict(SPACE.repair(dict(DEFAULT, **{gene.name: value}), random.Random(seed))) for seed in range(20)]
             cand = next((t for t in tries if t[gene.name] == value and SPACE.is_valid(t)), None)
             if cand is None:
@@ -146,6 +149,22 @@ def test_default_launches_every_benchmark_case_the_registers_can_hold():
             assert steps is None
         else:
             assert steps is not None, case.id
+
+
+def test_a_rolled_v3_genome_launches_fp32_8192x262144():
+    """DEFAULT cannot hold fp32 8192 x 262144; the v3 shape that can: a dynamic cluster of 16 CTAs of
+    1024 threads x 4 vectors, x and dy staged (128 KB) and dw in shared memory (64 KB), the vector
+    loops rolled so that every entry fits 64 registers (the compile test builds it)."""
+    g = SPACE.make(FAM.EXTREMES[-1])
+    assert g["vector_loop"] == "rolled" and g["cta_threads"] == 1024
+    geo = FAMILY.geometry(g, FAMILY.make_case(8192, 262144, "fp32"))
+    assert geo is not None and geo.cluster == 16 and geo.tpr == 1024 and geo.dynamic
+    assert geo.shared_bytes == 128 * 1024 + 64 * 1024
+    assert FAMILY.launch(g, FAMILY.make_case(8192, 262144, "fp32"))[0].kernel == "bwd_sched_init"
+    rolled = FAMILY.render(g)
+    assert "#define BWD_ROLLED 1" in rolled and "#define BWD_ROLLED" not in FAMILY.render(DEFAULT).split("// RMSNorm backward")[0]
+    assert not SPACE.is_valid(dict(FAM.EXTREMES[-1], vector_loop="unrolled"))       # 16-bit entries spill
+    assert not SPACE.is_valid(dict(FAM.EXTREMES[-1], weight_regs=True))             # a register array by vector
 
 
 def test_launch_rejects_widths_that_are_not_16_byte_units():

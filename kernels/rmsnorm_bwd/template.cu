@@ -21,6 +21,8 @@
 //   BWD_STAGING 0 registers | 1 cp.async into shared memory (space v2; BWD_CPASYNC its qualifiers)
 //   BWD_SCHED_DYNAMIC (space v3): clustered entries take their row groups from a counter (below)
 //   BWD_DW_SMEM (space v3): the dw accumulators in dynamic shared memory (after the staging ring)
+//   BWD_ROLLED (space v3): the two passes loop over a thread's vectors without unrolling (needs
+//   BWD_DW_SMEM, BWD_STAGING and no weight in registers: nothing indexed by the vector is a register)
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 
@@ -37,6 +39,20 @@
 #endif
 #ifndef BWD_DW_SMEM
 #define BWD_DW_SMEM 0          // space v3: 1 = dw accumulators in shared memory, not registers
+#endif
+#ifndef BWD_ROLLED
+#define BWD_ROLLED 0           // space v3: 1 = the passes' vector loops rolled (one vector live)
+#endif
+#if BWD_ROLLED && !(BWD_DW_SMEM && BWD_STAGING && !BWD_WEIGHT_REGS)
+#error "rolled vector loops need dw in shared memory, shared-memory staging and the weight re-read"
+#endif
+#if BWD_ROLLED
+// a rolled loop must not index a register array by the vector: ownership is recomputed
+#define BWD_OWN(j) (v0 + tx + (j) * tpr < v1)
+#define BWD_VLOOP _Pragma("unroll 1")
+#else
+#define BWD_OWN(j) own[j]
+#define BWD_VLOOP _Pragma("unroll")
 #endif
 #if BWD_STAGES > 2 && !BWD_STAGING
 #error "more than two stages need shared-memory staging (BWD_STAGING 1)"
@@ -458,7 +474,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   };
 #define BWD_FETCH(j)                                                                              \
   uint32_t xv[BWD_NW], dv[BWD_NW];                                                                \
-  if (live && own[j]) {                                                                           \
+  if (live && BWD_OWN(j)) {                                                                       \
     ld_shared_vec(xv, slot(sb, 0, j));                                                            \
     ld_shared_vec(dv, slot(sb, 1, j));                                                            \
   } else {                                                                                        \
@@ -499,13 +515,13 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
     float s[BWD_NV];
 #pragma unroll
     for (int i = 0; i < BWD_NV; ++i) s[i] = 0.f;
-#pragma unroll
+    BWD_VLOOP
     for (int j = 0; j < K; ++j) {
 #if BWD_WEIGHT_REGS
       const float* wj = wr[j];
 #else
       float wj[E];
-      if (own[j]) ld_f32<E>(wj, w + (size_t)(v0 + tx + j * tpr) * E);
+      if (BWD_OWN(j)) ld_f32<E>(wj, w + (size_t)(v0 + tx + j * tpr) * E);
       else
 #pragma unroll
         for (int e = 0; e < E; ++e) wj[e] = 0.f;
@@ -538,13 +554,13 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
     const float c = r * s[0] * inv_n;
     // pass 2: dx, and dw += dy * xhat
-#pragma unroll
+    BWD_VLOOP
     for (int j = 0; j < K; ++j) {
 #if BWD_WEIGHT_REGS
       const float* wj = wr[j];
 #else
       float wj[E];
-      if (own[j]) ld_f32<E>(wj, w + (size_t)(v0 + tx + j * tpr) * E);
+      if (BWD_OWN(j)) ld_f32<E>(wj, w + (size_t)(v0 + tx + j * tpr) * E);
       else
 #pragma unroll
         for (int e = 0; e < E; ++e) wj[e] = 0.f;
@@ -553,7 +569,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
       uint32_t o[BWD_NW];
 #if BWD_DW_SMEM
       float av[E];
-      const bool upd = live && own[j];
+      const bool upd = live && BWD_OWN(j);
       if (upd) acc_load(av, j);
 #define BWD_ACC(i) av[i]
 #else
@@ -576,7 +592,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #if BWD_DW_SMEM
       if (upd) acc_store(av, j);
 #endif
-      if (live && own[j]) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
+      if (live && BWD_OWN(j)) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
     }
 #if BWD_STAGES == 2 && !BWD_STAGING
 #pragma unroll

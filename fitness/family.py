@@ -298,6 +298,15 @@ class Baseline:
     objective: bool = True
 
 
+def importable(module: str) -> bool:
+    """Whether `module` can be imported, found without importing it (a Baseline's `available`
+    must not pull torch into a process that only lists baselines)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 class BaselineRun:
     """A prepared baseline (what `Baseline.prepare` returns): call it to run once;
     `as_outputs(result)` maps its result to the family's output names in storage form (bf16 as

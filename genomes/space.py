@@ -150,6 +150,21 @@ class GeneSpace:
                             "(the constraints may exclude it entirely)")
         return self.repair(values, rng)
 
+    def sample_distinct(self, n: int, seed: int = 0, first: Sequence[Genome] = ()) -> list[Genome]:
+        """`first` (e.g. a family's DEFAULT and its named extremes), then `n` seeded random valid genomes,
+        no genome twice: the fixed sample a family's tests and probes judge."""
+        out = list(first)
+        rng = random.Random(seed)
+        seen = {g.key for g in out}
+        tries = 0
+        while len(out) < len(first) + n and tries < 100 * (n + 1):
+            tries += 1
+            g = self.sample(rng)
+            if g.key not in seen:
+                seen.add(g.key)
+                out.append(g)
+        return out
+
     def region(self, within: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, ...]]:
         """Canonical allowed values per gene, checked against the genes (GeneError names the gene
         and its legal values); a scalar stands for a one-value list."""

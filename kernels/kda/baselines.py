@@ -20,13 +20,13 @@ timed call is the library's own entry point, nothing else.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from fitness.family import Baseline, BaselineRun, Case, import_sibling
+from fitness.family import importable as _has
 
 _PEERS = import_sibling(__file__, "peers")
 
@@ -66,13 +66,6 @@ def fla_supports(case: Case) -> str:
 def _torch():
     import torch  # noqa: PLC0415 - lazy: this module imports without torch
     return torch
-
-
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _view(arr: Any, dtype: str):

@@ -472,19 +472,7 @@ EXTREMES: tuple[dict[str, Any], ...] = (
 
 def sample_genomes(n: int, seed: int = 0) -> list[Genome]:
     """DEFAULT, the EXTREMES, then n seeded random valid genomes (no repeats)."""
-    import random  # noqa: PLC0415
-
-    out = [DEFAULT] + [SPACE.make(e) for e in EXTREMES]
-    rng = random.Random(seed)
-    seen = {g.key for g in out}
-    tries = 0
-    while len(out) < 1 + len(EXTREMES) + n and tries < 100 * (n + 1):
-        tries += 1
-        g = SPACE.sample(rng)
-        if g.key not in seen:
-            seen.add(g.key)
-            out.append(g)
-    return out
+    return SPACE.sample_distinct(n, seed, first=[DEFAULT] + [SPACE.make(e) for e in EXTREMES])
 
 
 FAMILY = RMSNormFamily()

@@ -26,7 +26,7 @@ judge can make and check the largest cases on the device.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import importlib
 import math
 from typing import Any, Callable, Mapping
 
@@ -35,6 +35,7 @@ import numpy as np
 from fitness import dtypes
 from fitness.dtypes import array_module
 from fitness.family import Baseline, BaselineRun, BufferSpec, Case, KernelFamily, Tolerance, import_sibling
+from fitness.family import importable as _has
 
 _PEERS = import_sibling(__file__, "peers")
 
@@ -514,13 +515,6 @@ def _cupy_kernel(name: str) -> Any:
             k = cupy.ElementwiseKernel(in_p, out_p, op, name, preamble=dtypes.CUDA_PREAMBLE + GEN_PREAMBLE)
         _CUPY_CACHE[name] = k
     return k
-
-
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # -- baseline adapters (torch and friends are imported only when a baseline is prepared) ------

@@ -26,8 +26,7 @@ a zeroing `(float* dw, int N)`. Element offsets are 64-bit ((size_t)row * N + co
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import math
+import importlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -36,6 +35,7 @@ import numpy as np
 from fitness import dtypes
 from fitness.dtypes import array_module
 from fitness.family import Baseline, BaselineRun, BufferSpec, Case, KernelFamily, Tolerance, import_sibling, load_family
+from fitness.family import importable as _has
 
 _FWD_FILE = str(Path(__file__).resolve().parent.parent / "rmsnorm" / "family.py")
 #: the forward's operation and peers modules (same module objects the forward family uses)
@@ -283,13 +283,6 @@ def _dw_rows(xp: Any, xf: Any, dyf: Any, r: Any) -> Any:
 def _params(case: Case) -> tuple[int, int, str]:
     p = case.params
     return int(p["M"]), int(p["N"]), dtypes.canonical(p["dtype"])
-
-
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # -- baseline adapters (torch and friends imported only when a baseline is prepared) ---------------

@@ -5,7 +5,12 @@
 #          the family's GPU tests, where the judge's CHECK time goes, the search started (SEARCH_S)
 #   STEP=b [.whlq2]: the search resumed for SEARCH_S more seconds
 #   STEP=c [.whlq3]: QuACK installed; the run dumped, its dispatch table, and the final table of
-#          that table beside every baseline (INT21, QuACK, Liger, torch, the add roofline; TABLE_S)
+#          that table beside every baseline (INT21, QuACK, Liger, torch, the add roofline; TABLE_S);
+#          then (FWD_TABLE_S > 0) the forward's table re-timed with INT21's forward beside it, from
+#          the protocol-2 record results/rejudge/rejudge_run.json.gz
+# Every step dumps the run to $OUT/rmsnorm_bwd_h200_run.json.gz: /root/work lives only while the
+# machine stays warm (session 11 lost a run that way). STEP=b with TRAIN=1 also runs the training
+# drop-in check (train_export_check.sh) on the run as dumped so far.
 # The three QuACK parts (.whlq1-3: the cutlass-dsl cu13 wheel split in three, `split -n 3 -d -a 2`)
 # travel one per call: a call carries at most 64 MiB with the working tree.
 # .snap is `git archive HEAD` without results/ (made here before the calls): the device runs the
@@ -24,17 +29,26 @@ a)
     timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_rmsnorm_bwd_gpu.py -s \
         -k bf16 > "$OUT/bwd_gpu.log" 2>&1
     echo "backward GPU tests rc=$?"; grep -E "passed|failed|TB/s|Error" "$OUT/bwd_gpu.log" | cut -c1-300 | tail -30
-    timeout "${PROFILE_S:-100}" python3 experiments/scripts/profile_judge.py --reps 20 --check-per-case \
-        > "$OUT/profile.txt" 2>&1
-    grep -E "^CHECK|^check cases" "$OUT/profile.txt"
+    if [ "${PROFILE_S:-100}" -gt 0 ]; then
+        timeout "${PROFILE_S:-100}" python3 experiments/scripts/profile_judge.py --reps 20 --check-per-case \
+            > "$OUT/profile.txt" 2>&1
+        grep -E "^CHECK|^check cases" "$OUT/profile.txt"
+    fi
     timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli run "$CONFIG" --quiet --runs-dir /root/work/runs \
         > "$OUT/search_a.log" 2>&1
     tail -3 "$OUT/search_a.log"
-    ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir ;;
+    ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
+    python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_h200_run.json.gz" | tail -1 ;;
 b)
     timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir)" --quiet \
         > "$OUT/search_b.log" 2>&1
-    tail -3 "$OUT/search_b.log" ;;
+    tail -3 "$OUT/search_b.log"
+    python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_h200_run.json.gz" | tail -1
+    if [ -n "${TRAIN:-}" ]; then
+        (cd .. && TESTS_S=${TRAIN_S:-200} bash experiments/device/train_export_check.sh \
+            results/rejudge/rejudge_run.json.gz "$OUT/rmsnorm_bwd_h200_run.json.gz") > "$OUT/train_check.log" 2>&1
+        echo "training drop-in check rc=$?"; grep -E "passed|failed|error" "$OUT/train_check.log" | tail -5
+    fi ;;
 c)
     cd .. && install_quack && cd "${SNAP:-.snap}" || exit 1
     RUN=$(cat /root/work/bwd_run_dir)
@@ -42,6 +56,12 @@ c)
     python3 -m evo.cli dispatch "$RUN" --out "$OUT/rmsnorm_bwd_dispatch.json" | tail -30
     timeout "$((${TABLE_S:-400} + 120))" python3 -m evo.cli table "$RUN" --max-s "${TABLE_S:-400}" \
         --out "$OUT/rmsnorm_bwd_h200" > "$OUT/table.log" 2>&1
-    echo "table rc=$?"; tail -45 "$OUT/rmsnorm_bwd_h200.md" ;;
+    echo "table rc=$?"; tail -45 "$OUT/rmsnorm_bwd_h200.md"
+    if [ "${FWD_TABLE_S:-0}" -gt 0 ]; then
+        timeout "$((FWD_TABLE_S + 120))" python3 -m evo.cli table ../results/rejudge/rejudge_run.json.gz \
+            --baselines "${FWD_BASELINES:-torch,quack,int21,copy}" --max-s "$FWD_TABLE_S" \
+            --out "$OUT/rmsnorm_fwd_int21_h200" > "$OUT/fwd_table.log" 2>&1
+        echo "forward table rc=$?"; tail -40 "$OUT/rmsnorm_fwd_int21_h200.md"
+    fi ;;
 esac
 python3 -m evo.cli status "$(cat /root/work/bwd_run_dir)" 2>/dev/null | tail -12

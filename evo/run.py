@@ -326,6 +326,11 @@ class Run:
             state = "interrupted"
             self.stop_reason = "interrupted"
             raise
+        except Exception as exc:
+            # `evo status` says why the run stopped (the machine lost a baseline, a pool broke);
+            # every evaluation recorded before stays, and `evo resume` goes on from there
+            self.stop_reason = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             for st in self.stages[self.stage_index:]:
                 st.strategy.close()

@@ -15,6 +15,7 @@ computes ratios and geomeans (fitness.objectives.geomean).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -79,6 +80,22 @@ def row(key: str, cr: Any) -> dict[str, Any]:
     return out
 
 
+def missing_baselines(asked: Sequence[str], rows: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """name -> why, for each baseline the table asked for that no case timed: the judge's first
+    note about it (e.g. "baseline quack: unusable: ModuleNotFoundError: ..."), so a table timed on
+    a machine that lacked a peer says so in its own files instead of dropping the column."""
+    timed = {b for v in rows.values() for b in v["cr"].baselines_us}
+    out = {}
+    for name in asked:
+        if name in timed:
+            continue
+        prefix = f"baseline {name}: "
+        notes = (part for v in rows.values() for part in str(v["cr"].message or "").split("; ")
+                 if part.startswith(prefix))
+        out[name] = next(notes, "not timed on any case")
+    return out
+
+
 def summarize(summary: dict[str, Any]) -> dict[str, Any]:
     """The geomean and the minimum speedup against each baseline timed (over the cases that have
     one), and how many cases that is."""
@@ -106,6 +123,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
         lines.append(f"| {r['case']} | `{r['genome_key'][:8]}` | {f(r['evolved_us'])} | {f(r['evolved_tbps'], '{:.2f}')} | "
                      + " | ".join(f(r.get(f"{n}_us")) for n in names) + " | "
                      + " | ".join(f(r.get(f"speedup_vs_{n}"), "{:.3f}") for n in names) + " |")
+    for name, why in (summary.get("missing_baselines") or {}).items():
+        lines[4:4] = [f"**Not timed: {name}** ({why})", ""]
     lines += ["", "| baseline | geomean speedup | min speedup | cases |", "|---|---:|---:|---:|"]
     for n in names:
         lines.append(f"| {n} | {f(summary.get(f'geomean_speedup_vs_{n}'), '{:.3f}')} | "
@@ -146,6 +165,7 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
             summary = summarize({"family": family, "run_id": frames.run["run_id"], "playoff": playoff,
                                  "gpu": ev.describe().get("device") or "?", "command": command, "matrix": matrix,
                                  "baselines": names, "cases_asked": sorted(wanted) or "all", "complete": final,
+                                 "missing_baselines": missing_baselines(ev.settings.baselines, rows),
                                  "seconds": round(time.time() - t0, 1),
                                  "cases": [row(v["key"], v["cr"]) for _, v in sorted(rows.items())]})
             Path(out + ".json").write_text(json.dumps(summary, indent=1, default=str))
@@ -159,4 +179,7 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
                 publish(final=False)
                 bar.advance()
             time_dispatch(ev, entries, genomes, wanted, on_result=took, max_s=max_s)
-        return publish(final=True)
+        text = publish(final=True)
+        for name, why in missing_baselines(ev.settings.baselines, case_rows(entries, results)).items():
+            print(f"warning: evo table: baseline {name} was not timed on any case: {why}", file=sys.stderr)
+        return text

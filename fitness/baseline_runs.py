@@ -19,6 +19,28 @@ from fitness.family import BufferSpec, Case, KernelFamily
 from fitness.guarded import spec_dtype
 
 
+#: the note of a baseline whose module or checkout this machine lacks
+NOT_IMPORTABLE = "not importable here"
+#: notes that say the machine, not the case, keeps a baseline from running: a module or checkout
+#: that is missing, a name the family does not offer, an import that fails when it is prepared
+MACHINE_LEVEL = (NOT_IMPORTABLE, "not offered by the family", "unusable: ModuleNotFoundError",
+                 "unusable: ImportError")
+
+
+def machine_missing(cases: Sequence[Any], name: str) -> str:
+    """'' or the note saying why baseline `name` cannot run on this machine at all, from the
+    results of one job (a timed case without `name`'s time whose note is machine-level). A
+    baseline that does not support one case, or fails on one case, is that case's gap, not this."""
+    prefix = f"baseline {name}: "
+    for cr in cases:
+        if getattr(cr, "time_us", None) is None or name in (cr.baselines_us or {}):
+            continue
+        for part in str(cr.message or "").split("; "):
+            if part.startswith(prefix) and part[len(prefix):].startswith(MACHINE_LEVEL):
+                return part
+    return ""
+
+
 @dataclass
 class BaselineCache:
     """Per cached input buffers of a case: prepared callables and lasting notes."""
@@ -72,7 +94,7 @@ def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mappi
             continue
         try:
             if not b.available():
-                cache.lasting[name] = notes[name] = "not importable here"
+                cache.lasting[name] = notes[name] = NOT_IMPORTABLE + (f" (needs {b.needs})" if b.needs else "")
                 continue
             for s, dev in enumerate(sets):
                 # prepared anew in every job: a baseline may copy what it needs at prepare time
@@ -98,4 +120,4 @@ def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mappi
     return usable, notes
 
 
-__all__ = ["BaselineCache", "check_result", "prepare"]
+__all__ = ["BaselineCache", "MACHINE_LEVEL", "NOT_IMPORTABLE", "check_result", "machine_missing", "prepare"]

@@ -34,7 +34,9 @@ from fitness.family import Case, KernelFamily, Launch
 from fitness.jobs import BENCH, CHECK, JUDGE_PROTOCOL, VERIFY, Job, JobResult, TimingConfig
 from fitness.records import CaseResult, Evaluation, Status
 from fitness.sass import instructions
+from fitness.baseline_runs import machine_missing
 from fitness.toolchain import ToolchainError
+from fitness.workers import BaselineUnavailableError
 from genomes import Genome
 
 LOG_CHARS = 20_000          # compile logs and job messages kept in artifacts are cut to this
@@ -518,6 +520,12 @@ def bench_round(cands: Sequence[Judging], cases: Sequence[Case], settings: Setti
             continue
         batch.append((c, job, unsupported))
     for c, result, cases_out in run_batch(batch, BENCH, settings, pool):
+        why = machine_missing(cases_out, settings.baseline)
+        if why:
+            raise BaselineUnavailableError(
+                f"the primary baseline {settings.baseline!r} cannot run on {result.device or 'this machine'}: "
+                f"{why}. Nothing of this batch was recorded; give the machine what it needs and resume the "
+                f"run, or choose another [objective] baseline")
         c.cases.extend(cases_out)
         status = job_status(result, cases_out, skip_unsupported=allowed)
         if status is not Status.OK:

@@ -296,6 +296,9 @@ class Baseline:
     #: False for a reference that is not the operation (e.g. a plain copy of the same bytes, timed
     #: as the case's memory roofline): reported beside the others, never a run's speedup baseline
     objective: bool = True
+    #: what a machine needs before this baseline can run (one line, the fix a user reads when
+    #: it is missing: "pip install quack-kernels ...", "a checkout in .peers/... or EVO_..._ROOT")
+    needs: str = ""
 
 
 def importable(module: str) -> bool:

@@ -75,6 +75,12 @@ class NoDeviceError(WorkerPoolError):
     """No GPU is visible and no worker count was given."""
 
 
+class BaselineUnavailableError(WorkerPoolError):
+    """The run's primary baseline cannot run on this machine (its package or checkout is missing):
+    every speedup the run records would be missing, so nothing more is judged here. The batch in
+    flight is not recorded; `evo resume` judges it again once the machine has the baseline."""
+
+
 # --------------------------------------------------------------------------------------------
 # Devices
 # --------------------------------------------------------------------------------------------

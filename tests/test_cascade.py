@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -470,3 +471,90 @@ def test_a_genome_that_runs_no_benchmark_case_is_invalid_even_when_allowed(tmp_p
     fam = NoneFamily()
     (ev,), _, _ = judge([g("ok")], tmp_path, family=fam, unsupported_speedup=0.01)
     assert ev.status is Status.INVALID and "cannot handle 4 benchmark cases" in ev.message
+
+
+# -- a primary baseline the machine lacks --------------------------------------------------------
+class NoPrimaryPool(FakePool):
+    """The machine has no `torch` baseline (its package or checkout is missing): every timed case
+    comes back without its time and with the judge's machine-level note; `note` replaces it."""
+
+    def __init__(self, genomes_by_key, note="baseline torch: not importable here (needs a checkout)", only=None):
+        super().__init__(genomes_by_key)
+        self.note, self.only = note, only
+
+    def _one(self, job):
+        r = super()._one(job)
+        if job.stage != BENCH:
+            return r
+        cases = tuple(replace(c, baselines_us={}, message=self.note)
+                      if c.time_us is not None and (self.only is None or c.case == self.only) else c
+                      for c in r.cases)
+        return replace(r, cases=cases)
+
+
+def test_a_primary_baseline_the_machine_lacks_stops_the_batch_unrecorded(tmp_path):
+    """Session 12: INT21's checkout was not on the device for two calls, and 28 evaluations were
+    recorded with "no int21 timing": fitness without its baseline. Now the judge stops instead."""
+    from fitness.workers import BaselineUnavailableError, WorkerPoolError
+
+    genomes = [g(speed=2.0), g(speed=0.5)]
+    pool = NoPrimaryPool({x.key: x for x in genomes})
+    with pytest.raises(BaselineUnavailableError) as exc:
+        cascade.run_cascade(genomes, settings(), FakeCompiler(tmp_path), pool, static_problems=static_problems,
+                            classify=classify, space=SPACE)
+    assert isinstance(exc.value, WorkerPoolError)           # the CLI's one-line machine error
+    msg = str(exc.value)
+    assert "primary baseline 'torch'" in msg and "not importable here (needs a checkout)" in msg
+    assert "Fake H200" in msg and "resume" in msg
+
+
+@pytest.mark.parametrize("note", ["baseline torch: unusable: RuntimeError: n = 131072 exceeds the block size",
+                                  "baseline torch: does not support this case"])
+def test_a_primary_baseline_missing_on_one_case_is_that_cases_gap(tmp_path, note):
+    genomes = [g(speed=2.0)]
+    pool = NoPrimaryPool({x.key: x for x in genomes}, note=note, only="n1024")
+    (e,) = cascade.run_cascade(genomes, settings(), FakeCompiler(tmp_path), pool, static_problems=static_problems,
+                               classify=classify, space=SPACE)
+    assert e.status is Status.OK
+    assert [c.case for c in e.cases if "torch" not in c.baselines_us] == ["n1024"]
+
+
+def test_another_baseline_the_machine_lacks_is_only_a_note(tmp_path):
+    genomes = [g(speed=2.0)]
+    pool = NoPrimaryPool({x.key: x for x in genomes}, note="baseline quack: not importable here")
+    (e,) = cascade.run_cascade(genomes, settings(baselines=("torch", "quack")), FakeCompiler(tmp_path), pool,
+                               static_problems=static_problems, classify=classify, space=SPACE)
+    assert e.status is Status.OK      # the times of torch were dropped by the double, quack is noted
+
+
+def test_machine_missing_reads_only_machine_level_notes():
+    from fitness.baseline_runs import machine_missing
+
+    timed = dict(time_us=1.0, baselines_us={})
+    assert machine_missing([CaseResult("a", **timed, message="baseline int21: not importable here; 5 judged")],
+                           "int21") == "baseline int21: not importable here"
+    assert machine_missing([CaseResult("a", **timed, message="baseline quack: unusable: ModuleNotFoundError: x")],
+                           "quack").startswith("baseline quack: unusable: ModuleNotFoundError")
+    assert machine_missing([CaseResult("a", **timed, message="baseline quack: unusable: RuntimeError: big")],
+                           "quack") == ""
+    assert machine_missing([CaseResult("a", time_us=1.0, baselines_us={"int21": 2.0},
+                                       message="baseline int21: not importable here")], "int21") == ""
+    assert machine_missing([CaseResult("a", Status.INVALID, message="baseline int21: not importable here")],
+                           "int21") == ""
+
+
+def test_a_missing_baselines_note_says_what_the_machine_needs():
+    from types import SimpleNamespace
+
+    from fitness.baseline_runs import BaselineCache, prepare
+    from fitness.family import Baseline
+
+    family = SimpleNamespace(baselines=lambda: [
+        Baseline("peer", lambda: False, lambda case, dev: None, needs="a checkout in .peers/peer or EVO_PEER_ROOT"),
+        Baseline("plain", lambda: False, lambda case, dev: None)])
+    cache = BaselineCache()
+    usable, notes = prepare(None, family, None, [{}], ["peer", "plain"], cache)
+    assert usable == []
+    assert notes == {"peer": "not importable here (needs a checkout in .peers/peer or EVO_PEER_ROOT)",
+                     "plain": "not importable here"}
+    assert cache.lasting == notes            # asked once per worker, not once per job

@@ -141,6 +141,39 @@ def test_interrupt_marks_run_and_keeps_records(synthetic_space, synthetic_table)
     assert store.count("i") == 20
 
 
+def test_a_machine_that_loses_its_baseline_fails_the_run_with_the_reason_and_keeps_records(
+        synthetic_space, synthetic_table):
+    """The judge raises BaselineUnavailableError for a batch it cannot time against the primary
+    baseline: the records before it stay, the run says why it stopped, and resume can go on."""
+    from fitness.workers import BaselineUnavailableError
+
+    cfg = make_config(budget={"evaluations": 100})
+    store = open_store("memory://")
+    store.create_run(new_run_info(cfg, "b"))
+
+    class LosesItsBaseline:
+        def __init__(self, inner):
+            self.inner, self.batches = inner, 0
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def evaluate(self, genomes):
+            self.batches += 1
+            if self.batches > 2:
+                raise BaselineUnavailableError("the primary baseline 'torch' cannot run on this machine: "
+                                               "baseline torch: not importable here")
+            return self.inner.evaluate(genomes)
+
+    judge = LosesItsBaseline(synthetic_table)
+    run = Run(cfg, synthetic_space, store, judge, "b")
+    with pytest.raises(BaselineUnavailableError):
+        run.optimize()
+    info = store.get_run("b")
+    assert info.state == "failed" and 0 < store.count("b") < 100
+    assert info.notes["stop_reason"].startswith("BaselineUnavailableError: the primary baseline 'torch'")
+
+
 def test_seed_from_earlier_evidence_starts_the_ga_from_its_best(synthetic_space, synthetic_table):
     from evo.lessons import seed_genomes
 

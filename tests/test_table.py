@@ -66,3 +66,31 @@ def test_max_s_keeps_the_genomes_timed_before_the_limit(double, monkeypatch, tmp
     assert evo(["table", str(RUN), "--max-s", "350", "--out", str(out)]) == 0
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["complete"] and 0 < len({r["genome_key"] for r in data["cases"]}) < 19
+
+
+def test_a_baseline_the_table_asked_for_but_never_timed_is_named_with_the_reason(monkeypatch, tmp_path, capsys):
+    """Session 12: QuACK's wheels lacked a part on the device, and the table came out without its
+    column and without a word. Now the files and stderr say which baseline is missing, and why."""
+    import fitness.gpu_evaluator
+
+    from tests.judge_double import judge_double
+
+    monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", judge_double(lambda g: 10.0, baselines_us={"torch": 15.0}))
+    out = tmp_path / "t"
+    assert evo(["table", str(RUN), "--baselines", "torch,quack", "--out", str(out)]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["baselines"] == ["torch"] and data["missing_baselines"] == {"quack": "not timed on any case"}
+    assert "**Not timed: quack** (not timed on any case)" in out.with_suffix(".md").read_text()
+    assert "warning: evo table: baseline quack was not timed on any case" in capsys.readouterr().err
+
+
+def test_missing_baselines_quotes_the_judges_note():
+    from evo.table import missing_baselines
+    from fitness.records import CaseResult
+
+    note = "baseline quack: unusable: ModuleNotFoundError: No module named 'cutlass.cutlass_dsl'"
+    rows = {"a": {"key": "k", "cr": CaseResult("a", time_us=1.0, baselines_us={"torch": 2.0},
+                                               message=f"{note}; 51 launches poisoned")},
+            "b": {"key": "k", "cr": CaseResult("b", time_us=1.0, baselines_us={"torch": 2.0, "liger": 3.0})}}
+    assert missing_baselines(["torch", "quack", "liger", "int21"], rows) == {
+        "quack": note, "int21": "not timed on any case"}

@@ -33,8 +33,10 @@ _PEERS = import_sibling(__file__, "peers")
 
 def baselines() -> list[Baseline]:
     return [
-        Baseline("flashkda", _PEERS.flashkda_available, prepare_flashkda),
-        Baseline("fla", lambda: _has("torch") and _has("triton") and _has("fla"), prepare_fla),
+        Baseline("flashkda", _PEERS.flashkda_available, prepare_flashkda,
+                 needs="FlashKDA built from a checkout with its CUTLASS (kernels/kda/peers.py says where)"),
+        Baseline("fla", lambda: _has("torch") and _has("triton") and _has("fla"), prepare_fla,
+                 needs="pip install fla-core"),
     ]
 
 

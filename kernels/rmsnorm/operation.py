@@ -315,10 +315,14 @@ class RMSNormOperation(KernelFamily):
         return [
             Baseline("torch", lambda: _has("torch"), _prepare_torch),
             Baseline("torch_compile", lambda: _has("torch") and _has("triton"), _prepare_torch_compile),
-            Baseline("quack", lambda: _has("torch") and _has("quack"), _prepare_quack),
-            Baseline("quack_tuned", lambda: _has("torch") and _has("quack"), _prepare_quack_tuned),
-            Baseline("liger", lambda: _has("torch") and _has("liger_kernel"), _prepare_liger),
-            Baseline("int21", _PEERS.int21_available, _prepare_int21),
+            Baseline("quack", lambda: _has("torch") and _has("quack"), _prepare_quack,
+                     needs="pip install quack-kernels and nvidia-cutlass-dsl with its -libs-base, -libs-core and -libs-cu13 wheels"),
+            Baseline("quack_tuned", lambda: _has("torch") and _has("quack"), _prepare_quack_tuned,
+                     needs="pip install quack-kernels and nvidia-cutlass-dsl with its -libs-base, -libs-core and -libs-cu13 wheels"),
+            Baseline("liger", lambda: _has("torch") and _has("liger_kernel"), _prepare_liger,
+                     needs="pip install liger-kernel"),
+            Baseline("int21", _PEERS.int21_available, _prepare_int21,
+                     needs="INT21's RMSNorm-H100 checkout in .peers/RMSNorm-H100 or EVO_INT21_ROOT (kernels/rmsnorm/peers.py)"),
             Baseline("copy", lambda: _has("torch"), _prepare_copy, objective=False),
         ]
 

@@ -256,9 +256,12 @@ class RMSNormBwdOperation(KernelFamily):
     def baselines(self) -> list[Baseline]:
         return [
             Baseline("torch", lambda: _has("torch"), _prepare_torch),
-            Baseline("quack", lambda: _has("torch") and _has("quack"), _prepare_quack),
-            Baseline("liger", lambda: _has("torch") and _has("liger_kernel"), _prepare_liger),
-            Baseline("int21", PEERS.int21_available, _prepare_int21),
+            Baseline("quack", lambda: _has("torch") and _has("quack"), _prepare_quack,
+                     needs="pip install quack-kernels and nvidia-cutlass-dsl with its -libs-base, -libs-core and -libs-cu13 wheels"),
+            Baseline("liger", lambda: _has("torch") and _has("liger_kernel"), _prepare_liger,
+                     needs="pip install liger-kernel"),
+            Baseline("int21", PEERS.int21_available, _prepare_int21,
+                     needs="INT21's RMSNorm-H100 checkout in .peers/RMSNorm-H100 or EVO_INT21_ROOT (kernels/rmsnorm/peers.py)"),
             Baseline("roofline", lambda: _has("torch"), _prepare_roofline, objective=False),
         ]
 

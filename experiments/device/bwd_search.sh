@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The RMSNorm backward on the H200 in back-to-back calls (the machine stays warm 30 s between
 # them, and /root/work, /root/q and /root/tx live as long as it does):
-#   STEP=a [.whl .peers/RMSNorm-H100 .peers/int21_ext.tgz .snap .whlq1]: INT21 restored (or built),
+# PEERS = .peers/RMSNorm-H100 .peers/int21_ext.tgz .snap: carried in EVERY call (an ignored folder a
+# call does not carry is gone from the machine in that call: session 12 lost INT21 that way for
+# two calls); a step stops at once (exit 4) when INT21, or in step c QuACK, cannot be imported.
+#   STEP=a [.whl .whlq1 + PEERS]: INT21 restored (or built),
 #          the family's GPU tests, where the judge's CHECK time goes, the search started (SEARCH_S)
-#   STEP=b [.whlq2]: the search resumed for SEARCH_S more seconds
-#   STEP=c [.whlq3]: QuACK installed; the run dumped, its dispatch table, and the final table of
+#   STEP=b [.whlq2 + PEERS]: the search resumed for SEARCH_S more seconds
+#   STEP=c [.whlq3 + PEERS]: QuACK installed; the run dumped, its dispatch table, and the final table of
 #          that table beside every baseline (INT21, QuACK, Liger, torch, the add roofline; TABLE_S);
 #          then (FWD_TABLE_S > 0) the forward's table re-timed with INT21's forward beside it, from
 #          the protocol-2 record results/rejudge/rejudge_run.json.gz
@@ -20,6 +23,7 @@ set -o pipefail
 device_start >/dev/null || exit 1
 . experiments/device/peers_build.sh > "$OUT/int21.log" 2>&1; tail -1 "$OUT/int21.log"
 export EVO_INT21_ROOT=$PWD/.peers/RMSNorm-H100
+require_peers int21 || exit 4
 cd "${SNAP:-.snap}" || exit 1
 device_pythonpath
 mkdir -p /root/work/runs
@@ -50,7 +54,7 @@ b)
         echo "training drop-in check rc=$?"; grep -E "passed|failed|error" "$OUT/train_check.log" | tail -5
     fi ;;
 c)
-    cd .. && install_quack && cd "${SNAP:-.snap}" || exit 1
+    cd .. && install_quack && require_peers quack liger && cd "${SNAP:-.snap}" || exit 4
     RUN=$(cat /root/work/bwd_run_dir)
     python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_h200_run.json.gz"
     python3 -m evo.cli dispatch "$RUN" --out "$OUT/rmsnorm_bwd_dispatch.json" | tail -30

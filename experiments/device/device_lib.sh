@@ -3,7 +3,9 @@
 # .whlq2/ and .whlq3/ over three back-to-back calls: a call carries at most 64 MiB with the working
 # tree, and the 92 MB cutlass wheel is split in parts .part00, .part01, .part02: since session 7
 # `split -b 36M -d -a 2 WHEEL WHEEL.part` puts 36 MiB in .whlq1 and .whlq2 and the rest in .whlq3,
-# so that call A's .whl + .whlq1 fit beside an 18 MiB tree).
+# so that call A's .whl + .whlq1 fit beside an 18 MiB tree; since session 11 three parts of ~30 MiB,
+# and .whlq3 also holds nvidia_cutlass_dsl_libs_core-4.8.1 (cutlass.cutlass_dsl itself: session 12's
+# tables ran without QuACK for want of it).
 
 # the project's dependencies from .whl/ into /tmp/site
 install_wheels() {
@@ -56,6 +58,35 @@ quack_autotune_save() {    # into $OUT/quack_autotune.tgz
     mkdir -p "$OUT"
     (cd "$QUACK_CACHE_DIR" && find . -name '*.autotune.json' -print0 | tar -czf "$OUT/quack_autotune.tgz" --null -T -)
     echo "QuACK autotune cache saved: $(tar -tzf "$OUT/quack_autotune.tgz" | grep -c 'autotune.json$') shapes in $OUT/quack_autotune.tgz (tar -xzf it into results/quack_autotune/)"
+}
+
+# Stop the call early when a peer it needs is missing: `require_peers int21 quack` prints one line
+# per peer and returns 4 when any cannot be imported (session 12 timed 28 evaluations and two tables
+# without INT21 and QuACK: the checkout was not carried again, a cutlass wheel was missing).
+# int21 needs peers_build.sh sourced first (EVO_INT21_ROOT); quack needs install_quack first.
+require_peers() {
+    local missing=0 name
+    for name in "$@"; do
+        if python3 - "$name" <<'PY'
+import importlib, sys
+name = sys.argv[1]
+try:
+    if name == "int21":
+        sys.path.insert(0, ".")
+        from fitness.family import import_sibling
+        import_sibling("kernels/rmsnorm/family.py", "peers").int21()
+    elif name == "quack":
+        importlib.import_module("cutlass.cutlass_dsl"); importlib.import_module("quack")
+    else:
+        importlib.import_module({"liger": "liger_kernel", "fla": "fla"}.get(name, name))
+except Exception as exc:
+    print(f"peer {name}: MISSING ({type(exc).__name__}: {str(exc).strip()[:200]})")
+    sys.exit(1)
+print(f"peer {name}: ok")
+PY
+        then :; else missing=4; fi
+    done
+    return $missing
 }
 
 # PYTHONPATH for the repo, the carried wheels and (when installed) cutlass's DSL packages

@@ -11,7 +11,8 @@ if [ -f .peers/int21_ext.tgz ] && [ -z "$(ls -A "$TORCH_EXTENSIONS_DIR")" ]; the
     tar -C "$TORCH_EXTENSIONS_DIR" -xzf .peers/int21_ext.tgz && echo "INT21 build restored from .peers/int21_ext.tgz"
 fi
 t0=$(date +%s)
-python3 - <<'PY' || echo "INT21 did not build: its baseline will be missing"
+INT21_OK=0
+python3 - <<'PY' && INT21_OK=1 || echo "INT21 did not build: its baseline will be missing (carry .peers/RMSNorm-H100 and .peers/int21_ext.tgz in EVERY call: an ignored folder a call does not carry is gone from the machine)"
 import sys, torch
 sys.path.insert(0, ".")
 from fitness.family import import_sibling
@@ -24,7 +25,7 @@ dx, dw, *_ = m.rmsnorm_bwd(x, w, torch.randn_like(x), rstd)
 torch.cuda.synchronize()
 print("INT21 forward and backward ran:", tuple(y.shape), tuple(dx.shape), tuple(dw.shape))
 PY
-echo "INT21 ready in $(( $(date +%s) - t0 )) s"
+[ "$INT21_OK" = 1 ] && echo "INT21 ready in $(( $(date +%s) - t0 )) s"
 if [ -n "${SAVE:-}" ]; then
     tar -C "$TORCH_EXTENSIONS_DIR" -czf "$OUT/int21_ext.tgz" . && ls -la "$OUT/int21_ext.tgz"
 fi

@@ -196,7 +196,8 @@ def _plan(args) -> int:
     if args.costs:
         est = cost_estimate(args.costs, cfg)
         per_call = max(0, math.floor((args.call_s - args.startup_s) / est["per_genome_s"]))
-        print(f"cost (from {args.costs}): CHECK {est['check_s']:.2f} s + BENCH {est['bench_s']:.2f} s "
+        print(f"cost (from {args.costs}): CHECK {est['check_s']:.2f} s ({est['check_cases']} check cases) + "
+              f"BENCH {est['bench_s']:.2f} s "
               f"({est['bench_basis']}) = {est['per_genome_s']:.2f} GPU s per genome; a {args.call_s:g} s call "
               f"records about {per_call} genomes; {valid} genomes take about {math.ceil(valid / max(per_call, 1))} calls")
     return 0
@@ -204,11 +205,12 @@ def _plan(args) -> int:
 
 def cost_estimate(recording: str, cfg) -> dict:
     """GPU seconds per genome of a grid config, from a recorded run's per-candidate stage seconds:
-    its CHECK time as is (the same check cases), its BENCH time scaled by the benchmark's bytes
+    its CHECK time scaled by the check cases each judges (fitness.family.credited_check_cases: a
+    bf16-only slice checks the bf16 ones), its BENCH time scaled by the benchmark's bytes
     (the slice's cases over the recording's) and by reps (timed launches are most of BENCH); a
     first-order estimate for planning, not a measurement."""
     from evo.lesson_build import read_source
-    from fitness.family import load_family
+    from fitness.family import credited_check_cases, load_family
 
     src = read_source(recording)
     rec_cfg = src.config
@@ -222,13 +224,17 @@ def cost_estimate(recording: str, cfg) -> dict:
     if not bench:
         raise ValueError(f"{recording}: no verified evaluation with CHECK and BENCH seconds")
     fam = load_family(cfg.experiment.family)
-    rec_bytes = sum(fam.bytes_moved(c) for c in fam.benchmark_cases((rec_cfg.get("benchmark") or {}).get("matrix",
-                                                                                                          "default")))
-    new_bytes = sum(fam.bytes_moved(c) for c in fam.benchmark_cases(cfg.benchmark.matrix))
+    rec_cases = fam.benchmark_cases((rec_cfg.get("benchmark") or {}).get("matrix", "default"))
+    new_cases = fam.benchmark_cases(cfg.benchmark.matrix)
+    rec_bytes = sum(fam.bytes_moved(c) for c in rec_cases)
+    new_bytes = sum(fam.bytes_moved(c) for c in new_cases)
+    all_checks = fam.check_cases()
+    rec_checks = len(credited_check_cases(fam.dispatch_key(), rec_cases, all_checks))
+    new_checks = len(credited_check_cases(fam.dispatch_key(), new_cases, all_checks))
     rec_reps = int((rec_cfg.get("evaluator") or {}).get("reps", 50))
     scale = (new_bytes / rec_bytes) * (cfg.evaluator.reps / rec_reps)
-    c, b = statistics.median(check), statistics.median(bench) * scale
-    return {"check_s": c, "bench_s": b, "per_genome_s": c + b,
+    c, b = statistics.median(check) * new_checks / max(rec_checks, 1), statistics.median(bench) * scale
+    return {"check_s": c, "bench_s": b, "per_genome_s": c + b, "check_cases": new_checks,
             "bench_basis": f"{statistics.median(bench):.2f} s x bytes {new_bytes / rec_bytes:.3f} x reps "
                            f"{cfg.evaluator.reps}/{rec_reps}"}
 

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 from fitness import objectives as obj
 from fitness.cascade import Settings, is_unsupported, run_cascade
 from fitness.evaluator import Evaluator
-from fitness.family import KERNELS_DIR, KernelFamily, load_family
+from fitness.family import KERNELS_DIR, KernelFamily, credited_check_cases, load_family
 from fitness.jobs import JUDGE_PROTOCOL, TimingConfig
 from fitness.pool import Pool
 from fitness.records import Evaluation, Status
@@ -125,7 +125,8 @@ class GPUEvaluator(Evaluator):
             raise ValueError(f"family {family.name!r} has no benchmark cases in matrix {matrix!r}")
         self.settings = Settings(
             family=family, family_name=family.name or root.name, family_root=str(root),
-            bench_cases=bench, check_cases=tuple(family.check_cases()) if check else (),
+            bench_cases=bench,
+            check_cases=credited_check_cases(family.dispatch_key(), bench, family.check_cases()) if check else (),
             bytes_moved={c.id: int(family.bytes_moved(c)) for c in bench},
             flops={c.id: int(family.flops(c)) for c in bench},
             peak_tflops=obj.TENSOR_PEAK_TFLOPS.get(arch),

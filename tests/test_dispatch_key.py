@@ -57,3 +57,30 @@ def test_rmsnorm_keys_every_case_by_dtype_and_row_width():
         assert p == KeyPoint((c.params["dtype"],), c.params["N"])
     assert fam.export_groups() == [("bf16",), ("fp16",), ("fp32",)]
     assert fam.export_settings() == {"weight_dtype": "fp32"}
+
+
+def test_a_candidate_is_checked_on_the_groups_its_benchmark_credits():
+    """fitness.family.credited_check_cases: a bf16-only matrix (the dense slice of issue 19) checks
+    every bf16 check case and no other dtype's; a matrix of every dtype checks every case; a key
+    without exact fields, or a check case without them, keeps everything."""
+    from fitness.family import Case, credited_check_cases
+
+    fam = load_family("rmsnorm")
+    key, checks = fam.dispatch_key(), fam.check_cases()
+    bf16 = credited_check_cases(key, fam.benchmark_cases("slice:bf16"), checks)
+    assert bf16 and {c.params["dtype"] for c in bf16} == {"bf16"}
+    assert len(bf16) == sum(c.params["dtype"] == "bf16" for c in checks)
+    assert credited_check_cases(key, fam.benchmark_cases("quack:bf16,fp16,fp32"), checks) == tuple(checks)
+    assert credited_check_cases(NO_DISPATCH_KEY, fam.benchmark_cases("slice:bf16"), checks) == tuple(checks)
+    odd = Case("no-dtype", {"M": 1, "N": 8})
+    assert odd in credited_check_cases(key, fam.benchmark_cases("slice:bf16"), [*checks, odd])
+
+
+def test_the_judge_checks_only_the_credited_groups():
+    from fitness.gpu_evaluator import GPUEvaluator
+    from genomes import load_space
+
+    from types import SimpleNamespace
+
+    ev = GPUEvaluator("rmsnorm", load_space("rmsnorm", "v6"), matrix="slice:bf16", pool=SimpleNamespace(size=1))
+    assert {c.params["dtype"] for c in ev.settings.check_cases} == {"bf16"}

@@ -88,7 +88,7 @@ def adopt_run_dir(source: str, runs_dir: str | Path = "runs") -> Path:
             raise ConfigError([f"{path} holds another run ({meta.get('run_id')!r} in {meta.get('store_url')!r}); "
                                f"pass --runs-dir elsewhere"], str(path))
         return path
-    config = _without_nulls(info.config)
+    config = without_nulls(info.config)
     from_dict(config)                           # the recorded config must still be valid here
     path.mkdir(parents=True, exist_ok=True)
     meta = {"run_id": run_id, "store_url": url, "config": config, "config_source": "",
@@ -107,8 +107,8 @@ def open_run_dir(path: str | Path) -> RunDir:
     return RunDir(path, meta["run_id"], meta["store_url"], cfg)
 
 
-def _without_nulls(config: dict) -> dict:
+def without_nulls(config: dict) -> dict:
     """The store keeps configs as strict JSON, where a non-finite number (budget.target = inf, the
     default) becomes null; TOML has no null, so a null is always such a number: leave it out and
     the field's default (inf) comes back."""
-    return {k: _without_nulls(v) if isinstance(v, dict) else v for k, v in config.items() if v is not None}
+    return {k: without_nulls(v) if isinstance(v, dict) else v for k, v in config.items() if v is not None}

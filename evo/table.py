@@ -66,9 +66,11 @@ def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any]) -> d
     return rows
 
 
-def row(key: str, cr: Any) -> dict[str, Any]:
+def row(key: str, cr: Any, roofline: str | None = None) -> dict[str, Any]:
     """One case of the table: the case's parameters, the dispatch genome's time, spread, TB/s and
-    errors, each baseline's time and the speedup over it (baseline us / evolved us)."""
+    errors, each baseline's time and the speedup over it (baseline us / evolved us); with the name
+    of the family's roofline reference (its one baseline that is not the operation, e.g. a kernel
+    that only moves the bytes), also `fraction_of_roofline`: roofline us / evolved us."""
     out: dict[str, Any] = {"case": cr.case, **{k: v for k, v in cr.params.items()
                                                if isinstance(v, (str, int, float, bool))},
                            "status": cr.status.value, "genome_key": key, "evolved_us": cr.time_us,
@@ -76,8 +78,19 @@ def row(key: str, cr: Any) -> dict[str, Any]:
     for name, us in cr.baselines_us.items():
         out[f"{name}_us"] = us
         out[f"speedup_vs_{name}"] = us / cr.time_us if us and cr.time_us else None
+    if roofline is not None:
+        out["fraction_of_roofline"] = out.get(f"speedup_vs_{roofline}")
     out.update(max_abs_err=cr.max_abs_err, rel_l2_err=cr.rel_l2_err, notes=cr.message)
     return out
+
+
+def roofline_reference(family: str) -> str | None:
+    """The family's roofline reference: its one baseline marked `objective=False` (timed beside
+    the others, never a speedup baseline), or None when it has none or several."""
+    from fitness.family import load_family
+
+    refs = [b.name for b in load_family(family).baselines() if not b.objective]
+    return refs[0] if len(refs) == 1 else None
 
 
 def missing_baselines(asked: Sequence[str], rows: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
@@ -104,6 +117,10 @@ def summarize(summary: dict[str, Any]) -> dict[str, Any]:
         summary[f"geomean_speedup_vs_{name}"] = geomean(sp)
         summary[f"min_speedup_vs_{name}"] = min(sp) if sp else None
         summary[f"cases_vs_{name}"] = len(sp)
+    fr = [r["fraction_of_roofline"] for r in summary["cases"] if r.get("fraction_of_roofline")]
+    if fr:
+        summary["geomean_fraction_of_roofline"] = geomean(fr)
+        summary["min_fraction_of_roofline"] = min(fr)
     return summary
 
 
@@ -153,6 +170,7 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
     genomes = {e.key: space.make(e.genome) for e in entries}
     wanted = {c for c in cases if c}
     t0 = time.time()
+    roofline = roofline_reference(family)
     with run.judge(baselines or None, timeout_s) as ev:
         ids = {c.id for c in ev.settings.bench_cases}
         if wanted - ids:
@@ -167,7 +185,9 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
                                  "baselines": names, "cases_asked": sorted(wanted) or "all", "complete": final,
                                  "missing_baselines": missing_baselines(ev.settings.baselines, rows),
                                  "seconds": round(time.time() - t0, 1),
-                                 "cases": [row(v["key"], v["cr"]) for _, v in sorted(rows.items())]})
+                                 "roofline": roofline,
+                                 "cases": [row(v["key"], v["cr"], roofline if roofline in names else None)
+                                           for _, v in sorted(rows.items())]})
             Path(out + ".json").write_text(json.dumps(summary, indent=1, default=str))
             text = markdown(summary)
             Path(out + ".md").write_text(text)

@@ -94,3 +94,23 @@ def test_missing_baselines_quotes_the_judges_note():
             "b": {"key": "k", "cr": CaseResult("b", time_us=1.0, baselines_us={"torch": 2.0, "liger": 3.0})}}
     assert missing_baselines(["torch", "quack", "liger", "int21"], rows) == {
         "quack": note, "int21": "not timed on any case"}
+
+
+def test_the_family_roofline_reference_gives_each_case_its_fraction_of_roofline(monkeypatch, tmp_path):
+    """Issue 17's keys: `fraction_of_roofline` beside every time, from the family's one baseline that
+    is not the operation (the forward's `copy`, the backward's `roofline`), found through the
+    contract (Baseline.objective), not by name."""
+    import fitness.gpu_evaluator
+
+    from evo.table import roofline_reference
+    from tests.judge_double import judge_double
+
+    assert roofline_reference("rmsnorm") == "copy" and roofline_reference("rmsnorm_bwd") == "roofline"
+    monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator",
+                        judge_double(lambda g: 10.0, baselines_us={"torch": 15.0, "copy": 9.5}))
+    out = tmp_path / "t"
+    assert evo(["table", str(RUN), "--baselines", "torch,copy", "--out", str(out)]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["roofline"] == "copy"
+    assert all(r["fraction_of_roofline"] == pytest.approx(0.95) for r in data["cases"])
+    assert data["geomean_fraction_of_roofline"] == pytest.approx(0.95) and data["min_fraction_of_roofline"] == 0.95

@@ -1,5 +1,6 @@
 """Gene space of the KDA forward family (kernels/kda/template.cu): v1 the first template's settings,
-v2 adds the order in which the CTAs take the sequences.
+v2 adds the order in which the CTAs take the sequences, v3 the split into a chunk-parallel kernel
+and the recurrence.
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -36,13 +37,24 @@ ORDER = Choice("order", options=("index", "longest_first"), group="geometry", le
                doc="index: grid row y runs sequence y | longest_first: grid row y runs the y-th longest "
                    "sequence (ties by index; launch order above 1024 sequences); v2")
 SPACE_V2 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V1.genes + (ORDER,))
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2}
-SPACE = SPACE_V2
+#: v3 (session 12, kernels/kda/README.md "Where the time goes"): every measured time is one CTA's
+#: per-chunk chain (5.08 us all-bf16) times the chunks on the busiest SM, and ~75-80 % of that chain
+#: is work parallel over chunks (P2-P7: gate, norms, decayed operands, A, Aqk, T, w). `split` runs
+#: it first in its own kernel over every (chunk, head) at once and leaves only the state's products
+#: (P8) on the chain, FlashKDA's K1 / K2 division (its chain fits at 1.52 us per chunk).
+KERNELS = Choice("kernels", options=("fused", "split"), group="structure", legacy="fused",
+                 doc="fused: one kernel, each CTA does its chunks' own work and the recurrence | split: "
+                     "kda_prep over every (chunk, head) writes the chunk's operands to a workspace, then "
+                     "kda_rec runs the recurrence alone (same arithmetic, same roundings); v3")
+SPACE_V3 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V2.genes + (KERNELS,))
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3}
+SPACE = SPACE_V3
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
-#: launch order (its key is v1's: `order` is at its legacy value)
-DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index"))
+#: launch order, fused (its key is v1's: `order` and `kernels` are at their legacy values)
+DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index",
+                          kernels="fused"))
 
 #: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
 #: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
@@ -52,6 +64,9 @@ NAMED = {
     "all-split": SPACE.make(dict(DEFAULT, split_w=True)),
     "all-bf16": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False)),
     "longest-first": SPACE.make(dict(DEFAULT, order="longest_first")),
+    # v3: the split pair with all-bf16's and DEFAULT's arithmetic (each equal to its fused twin's)
+    "split-bf16": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split")),
+    "split": SPACE.make(dict(DEFAULT, kernels="split")),
 }
 
-__all__ = ["DEFAULT", "NAMED", "ORDER", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2"]
+__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3"]

@@ -20,11 +20,14 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 
 
 def test_space_is_registered_and_default_is_in_it():
-    from genomes.kda import SPACE_V1
+    from genomes.kda import SPACE_V1, SPACE_V2, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 32
+    assert load_space("kda") is SPACE and SPACE.size() == 64 and SPACES["v2"].size() == 32
     assert DEFAULT["chunk"] == 16 and DEFAULT["split_s"] and DEFAULT["split_intra"] and not DEFAULT["split_w"]
-    assert DEFAULT["order"] == "index" and DEFAULT.key == SPACE_V1.make({k: DEFAULT[k] for k in SPACE_V1.names}).key
+    assert DEFAULT["order"] == "index" and DEFAULT["kernels"] == "fused"
+    assert DEFAULT.key == SPACE_V1.make({k: DEFAULT[k] for k in SPACE_V1.names}).key
+    assert DEFAULT.key == SPACE_V2.make({k: DEFAULT[k] for k in SPACE_V2.names}).key
+    assert SPACE_V2.names == SPACE.names[:-1] and "kernels" not in SPACE_V2.names     # v2 as recorded
 
 
 def test_render_is_pure_and_sets_every_define():
@@ -51,9 +54,71 @@ def test_launch_covers_every_case():
         FAMILY.launch(DEFAULT, FAMILY.make_case((5,), 1, K=64, V=64))
 
 
+SPLIT = SPACE.make(dict(DEFAULT, kernels="split"))
+
+
+def test_split_launches_prep_then_the_recurrence_with_a_workspace_that_holds_every_record():
+    assert FAMILY.workspace(FAMILY.check_cases()[0]) and SPLIT.key != DEFAULT.key
+    src = FAMILY.render(SPLIT)
+    assert src.rstrip().splitlines()[-4:] == ["", "KDA_PREP_ENTRY(kda_prep)", "KDA_REC_ENTRY(kda_rec_fp32, float)",
+                                              "KDA_REC_ENTRY(kda_rec_bf16, bf16_bits)"]
+    assert FAMILY.render(DEFAULT).rstrip().splitlines()[-3:] == ["", "KDA_ENTRY(kda_fwd_fp32, float)",
+                                                                 "KDA_ENTRY(kda_fwd_bf16, bf16_bits)"]
+    for case in FAMILY.check_cases() + FAMILY.benchmark_cases("all"):
+        p = case.params
+        T, N, H = sum(p["lens"]), len(p["lens"]), p["H"]
+        prep, rec = FAMILY.launch(SPLIT, case)
+        assert prep.kernel == "kda_prep" and rec.kernel == f"kda_rec_{p['state']}"
+        assert prep.grid == (T // 16 + N, H, 1) and rec.grid == (H, N, 1)
+        assert prep.args == rec.args == FAMILY.kernel_args(case) + ("kda_ws",)
+        assert prep.shared_bytes == fam.prep_smem_bytes(SPLIT) and rec.shared_bytes == fam.rec_smem_bytes(SPLIT)
+        (spec,) = FAMILY.workspace(case).values()
+        slots = [s for seq in model.workspace_slots(p["lens"]) for s in seq]
+        assert len(set(slots)) == len(slots) and all(0 <= s < T // 16 + N for s in slots)
+        # the last record kda_rec reads ends inside the buffer, for the largest record too
+        assert H * (T // 16 + N) * fam.MAX_REC_BYTES == spec.shape[0] * 4 and spec.dtype == "float32"
+    assert fam.rec_bytes(SPLIT) <= fam.MAX_REC_BYTES == 23040
+    # kda_prep holds one stage and no v or o: three CTAs per SM for DEFAULT's precision (228 KB)
+    assert 3 * (fam.prep_smem_bytes(SPLIT) + 1024) <= 228 * 1024
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
+def test_slot_sequence_inverts_the_models_slot_map():
+    """template.cu's kda_slot_sequence (for the host): every chunk's slot maps back to its
+    sequence, and a slot no chunk has (a gap) lands where kda_prep sees t0 >= eos and returns."""
+    import ctypes
+    import re
+
+    import cuda_host
+
+    text = fam.TEMPLATE.read_text()
+    body = re.search(r"// >>> kda_slot_sequence.*?\n(.*?)// <<< kda_slot_sequence", text, re.DOTALL).group(1)
+    wrapper = ('extern "C" void run(const int* cu, int n, int nslots, int* out) {\n'
+               "    for (int s = 0; s < nslots; ++s) out[s] = kda_slot_sequence(cu, n, s);\n}\n")
+    lib = cuda_host.host_library("#define KDA_CHUNK 16\n" + body, wrapper)
+    for lens in ORDERS + [(16, 16, 15, 17, 1), (8192,), (31,) * 40]:
+        cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        nslots = int(cu[-1]) // 16 + len(lens)
+        out = np.full(nslots, -1, dtype=np.int32)
+        lib.run(ctypes.c_void_p(cu.ctypes.data), ctypes.c_int(len(lens)), ctypes.c_int(nslots),
+                ctypes.c_void_p(out.ctypes.data))
+        owner = {s: (n, c) for n, seq in enumerate(model.workspace_slots(lens)) for c, s in enumerate(seq)}
+        for s in range(nslots):
+            n = int(out[s])
+            t0 = int(cu[n]) + (s - (int(cu[n]) // 16 + n)) * 16           # kda_prep's first token
+            if s in owner:
+                assert (n, t0) == (owner[s][0], int(cu[n]) + 16 * owner[s][1]), (lens, s)
+            else:
+                assert 0 <= n < len(lens) and t0 >= cu[n + 1], (lens, s, n)        # a gap: kda_prep returns
+
+
 @pytest.mark.parametrize("values", [dict(DEFAULT), dict(DEFAULT, split_s=False, split_u=False, split_intra=False),
-                                    dict(DEFAULT, split_w=True), dict(DEFAULT, order="longest_first")],
-                         ids=["default", "all-bf16", "all-split", "longest-first"])
+                                    dict(DEFAULT, split_w=True), dict(DEFAULT, order="longest_first"),
+                                    dict(DEFAULT, kernels="split"),
+                                    dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split"),
+                                    dict(DEFAULT, split_w=True, order="longest_first", kernels="split")],
+                         ids=["default", "all-bf16", "all-split", "longest-first", "split", "split-bf16",
+                              "split-all-split-longest"])
 def test_compiles_without_spills_and_keeps_its_promises(tmp_path, values):
     """nvcc for sm_90a through the judge's compiler; the static_assert on sizeof(KdaSmem) makes
     the compile fail if family.smem_bytes disagrees with the template's layout."""
@@ -62,7 +127,8 @@ def test_compiles_without_spills_and_keeps_its_promises(tmp_path, values):
     genome = SPACE.make(values)
     res = Compiler(tmp_path).compile(FAMILY.render(genome), FAMILY.compile_flags(genome))
     assert res.ok, res.log[-3000:]
-    assert set(res.kernels) == {"kda_fwd_fp32", "kda_fwd_bf16"}
+    want = {"kda_prep", "kda_rec_fp32", "kda_rec_bf16"} if values["kernels"] == "split" else {"kda_fwd_fp32", "kda_fwd_bf16"}
+    assert set(res.kernels) == want
     for name, r in res.kernels.items():
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_frame_bytes == 0, (name, r)
     assert static_problems(res, FAMILY, genome) == []
@@ -120,10 +186,10 @@ def test_model_of_exact_products_is_the_reference_rounded_to_bf16():
 
 
 def test_every_genome_of_the_space_renders_distinct_code():
-    names = ("split_s", "split_u", "split_w", "split_intra")
-    sources = {FAMILY.render(SPACE.make(dict(zip(names, bits), chunk=16)))
-               for bits in itertools.product((False, True), repeat=4)}
-    assert len(sources) == 16
+    names = ("split_s", "split_u", "split_w", "split_intra", "kernels")
+    sources = {FAMILY.render(SPACE.make(dict(zip(names, bits[:4] + ("split" if bits[4] else "fused",)), chunk=16)))
+               for bits in itertools.product((False, True), repeat=5)}
+    assert len(sources) == 32
 
 
 # -- the order gene (v2): which sequence each row of CTAs runs ------------------------------------------

@@ -11,6 +11,12 @@
 
 The template is the first correct kernel (step 2): one kernel, chunks of 16, nothing pipelined
 but the next chunk's loads. kernel_model.py models its arithmetic in numpy.
+
+`kernels = split` (gene space v3) renders the pair instead: `kda_prep` (grid (T / 16 + N, H), one
+CTA per workspace slot and head: the chunk's own work, written to its record) then
+`kda_rec_<state>` (grid (H, N): the recurrence alone), both given the fused kernel's parameters
+plus the workspace `kda_ws` (`workspace(case)`, sized for the largest record so it does not depend
+on the genome). launch() returns the two in order; the judge times them as one.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from fitness.family import Case, Launch, import_sibling
+from fitness.family import BufferSpec, Case, Launch, import_sibling
 from genomes import Genome
 from genomes.kda import DEFAULT, SPACE
 
@@ -35,13 +41,55 @@ _TILE = _CHUNK * _ROW * 2                      # one padded 16 x 128 bf16 tile
 _STAGE = 3 * _TILE + _CHUNK * _D * 4           # q, k, v and the gate (fp32-sized rows)
 
 
+REC_STAGES = 3                                 # template.cu's KDA_REC_STAGES
+PREP_ENTRY = "kda_prep"
+REC_ENTRIES = {"fp32": ("kda_rec_fp32", "float"), "bf16": ("kda_rec_bf16", "bf16_bits")}
+WORKSPACE = "kda_ws"
+
+
+def _tiles(genome: Mapping[str, Any]) -> tuple[int, int]:
+    return (2 if genome["split_w"] else 1), (2 if genome["split_intra"] else 1)
+
+
 def smem_bytes(genome: Mapping[str, Any]) -> int:
-    """Bytes of template.cu's KdaSmem for a genome's precision options."""
-    nw = 2 if genome["split_w"] else 1
-    ni = 2 if genome["split_intra"] else 1
+    """Bytes of template.cu's KdaSmem (the fused kernel) for a genome's precision options."""
+    nw, ni = _tiles(genome)
     tiles = nw + 1 + 3 * ni + 1 + nw + 1              # qd, kd, qp/kp/km, kr, w, o
     return (2 * _STAGE + _CHUNK * _D * 4 + tiles * _TILE + _CHUNK * (_CHUNK + 1) * 4
             + 2 * ni * _CHUNK * _ROW16 * 2 + 2 * _D * 4 + 3 * _CHUNK * 4)
+
+
+def prep_smem_bytes(genome: Mapping[str, Any]) -> int:
+    """Bytes of template.cu's KdaPrepSmem (kda_prep): KdaSmem less the second stage, v and o."""
+    return smem_bytes(genome) - _STAGE - _TILE - _TILE
+
+
+def rec_bytes(genome: Mapping[str, Any]) -> int:
+    """Bytes of one workspace record: qd, w (nw tiles each), kr, T, Aqk (ni each), the decay."""
+    nw, ni = _tiles(genome)
+    return (2 * nw + 1) * _CHUNK * _D * 2 + 2 * ni * _CHUNK * _CHUNK * 2 + _D * 4
+
+
+#: the largest record (every precision option split): what the workspace is sized for
+MAX_REC_BYTES = rec_bytes({"split_w": True, "split_intra": True})
+
+
+def rec_smem_bytes(genome: Mapping[str, Any]) -> int:
+    """Bytes of template.cu's KdaRecSmem (kda_rec): REC_STAGES stages of v and a record (padded
+    rows), two output tiles."""
+    nw, ni = _tiles(genome)
+    stage = (2 + 2 * nw) * _TILE + 2 * ni * _CHUNK * _ROW16 * 2 + _D * 4
+    return REC_STAGES * stage + 2 * _TILE
+
+
+def workspace_slots(T: int, N: int) -> int:
+    """Records per head: chunk c of sequence n is slot cu[n] // 16 + n + c, all below T // 16 + N
+    (template.cu, the split pair; kernel_model.slots is the same map in numpy)."""
+    return int(T) // _CHUNK + int(N)
+
+
+def split(genome: Mapping[str, Any]) -> bool:
+    return dict(genome).get("kernels", "fused") == "split"
 
 
 def defines(genome: Mapping[str, Any]) -> dict[str, str]:
@@ -49,7 +97,8 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
     return {"KDA_CHUNK": str(g["chunk"]), "KDA_SPLIT_S": str(int(g["split_s"])), "KDA_SPLIT_U": str(int(g["split_u"])),
             "KDA_SPLIT_W": str(int(g["split_w"])), "KDA_SPLIT_INTRA": str(int(g["split_intra"])),
             "KDA_ORDER_LONGEST": str(int(dict(g).get("order", "index") == "longest_first")),
-            "KDA_SMEM_BYTES": str(smem_bytes(g))}
+            "KDA_SMEM_BYTES": str(smem_bytes(g)), "KDA_PREP_SMEM_BYTES": str(prep_smem_bytes(g)),
+            "KDA_REC_SMEM_BYTES": str(rec_smem_bytes(g)), "KDA_REC_BYTES_HOST": str(rec_bytes(g))}
 
 
 class KDAFamily(op.KDAOperation):
@@ -62,16 +111,35 @@ class KDAFamily(op.KDAOperation):
         g = genome if isinstance(genome, Genome) else SPACE.make(dict(genome))
         head = [f"// kda genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in g)]
         head += [f"#define {k} {v}" for k, v in defines(g).items()]
-        entries = [f"KDA_ENTRY({name}, {ctype})" for name, ctype in ENTRIES.values()]
+        if split(g):
+            entries = [f"KDA_PREP_ENTRY({PREP_ENTRY})"] + [f"KDA_REC_ENTRY({name}, {ctype})"
+                                                           for name, ctype in REC_ENTRIES.values()]
+        else:
+            entries = [f"KDA_ENTRY({name}, {ctype})" for name, ctype in ENTRIES.values()]
         return "\n".join(head) + "\n\n" + TEMPLATE.read_text() + "\n" + "\n".join(entries) + "\n"
 
-    def launch(self, genome: Genome, case: Case) -> Launch:
+    def launch(self, genome: Genome, case: Case) -> Launch | tuple[Launch, Launch]:
         p = case.params
         if (int(p["K"]), int(p["V"])) != (op.K_DIM, op.V_DIM):
             raise ValueError(f"the KDA template needs K = V = 128, got K={p['K']} V={p['V']}")
         lens, H = p["lens"], int(p["H"])
-        return Launch(kernel=ENTRIES[p["state"]][0], grid=(H, len(lens), 1), block=(THREADS, 1, 1),
-                      args=self.kernel_args(case), shared_bytes=smem_bytes(genome))
+        if not split(genome):
+            return Launch(kernel=ENTRIES[p["state"]][0], grid=(H, len(lens), 1), block=(THREADS, 1, 1),
+                          args=self.kernel_args(case), shared_bytes=smem_bytes(genome))
+        args = self.kernel_args(case) + (WORKSPACE,)
+        prep = Launch(kernel=PREP_ENTRY, grid=(workspace_slots(sum(lens), len(lens)), H, 1), block=(THREADS, 1, 1),
+                      args=args, shared_bytes=prep_smem_bytes(genome))
+        rec = Launch(kernel=REC_ENTRIES[p["state"]][0], grid=(H, len(lens), 1), block=(THREADS, 1, 1),
+                     args=args, shared_bytes=rec_smem_bytes(genome))
+        return prep, rec
+
+    def workspace(self, case: Case) -> dict[str, BufferSpec]:
+        """The split pair's records, H x workspace_slots x MAX_REC_BYTES (fp32 words): the largest
+        record, since a workspace depends on the case alone. kda_prep writes every record
+        kda_rec reads (every chunk's); gap slots are neither written nor read."""
+        p = case.params
+        words = int(p["H"]) * workspace_slots(sum(p["lens"]), len(p["lens"])) * MAX_REC_BYTES // 4
+        return {WORKSPACE: BufferSpec((words,), "float32")}
 
     def promises(self, genome: Genome) -> dict[str, Sequence[str]]:
         return {"tensor_core_mma": ["HMMA.16816.F32.BF16"], "ldmatrix": ["LDSM"], "cp_async": ["LDGSTS"]}

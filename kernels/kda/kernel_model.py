@@ -12,7 +12,8 @@ storage dtype of the final state; returns (o rounded to bf16, final state rounde
 And the template's schedule: `sequence_order` is the order its CTAs take the sequences in (the
 specification of template.cu's kda_sequence_of), `wave_makespan` the token-steps the busiest SM
 runs when one CTA per (sequence, head) is dispatched in that order to the first free SM: a
-model of the `order` gene's effect, to be checked against the H200's times.
+model of the `order` gene's effect, to be checked against the H200's times. `workspace_slots`
+is where the split pair (gene `kernels`, v3) keeps each chunk's record.
 """
 
 from __future__ import annotations
@@ -115,4 +116,16 @@ def wave_makespan(lens, H: int, order: str = "index", sms: int = 132) -> int:
     return max(free)
 
 
-__all__ = ["CHUNK", "chunk_model", "sequence_order", "wave_makespan"]
+def workspace_slots(lens) -> list[list[int]]:
+    """The split pair's workspace slot of every chunk, per sequence (the specification of
+    template.cu's slot map, which kda_slot_sequence inverts): chunk c of sequence n is slot
+    cu[n] // 16 + n + c, all distinct and below T // 16 + N (family.workspace_slots)."""
+    out, start = [], 0
+    for n, length in enumerate(int(x) for x in lens):
+        base = start // CHUNK + n
+        out.append(list(range(base, base + -(-length // CHUNK))))
+        start += length
+    return out
+
+
+__all__ = ["CHUNK", "chunk_model", "sequence_order", "wave_makespan", "workspace_slots"]

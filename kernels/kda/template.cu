@@ -32,6 +32,10 @@
 // lower_bound * sigmoid(exp(A_log[h]) * (g + dt_bias[h])); A_log == NULL: g is the fp32 log decay.
 // initial_state == NULL: S0 = 0; final_state == NULL: not written.
 //
+// Kernels (gene `kernels`, v3): fused (KDA_ENTRY: kda_fwd_<state>, all of the above in one CTA per
+// (head, sequence)) or split (KDA_PREP_ENTRY + KDA_REC_ENTRY: kda_prep does P2-P7 of every
+// (chunk, head) at once into a workspace, kda_rec_<state> only P8 per chunk: see "the split pair").
+//
 // Order (KDA_ORDER_LONGEST, 0 or 1): which sequence the CTAs of grid row blockIdx.y run. 0: the
 // blockIdx.y-th; 1: the blockIdx.y-th longest (ties: the lower index first), so the longest
 // chains start in the first wave (list scheduling, longest first: kernel_model.wave_makespan
@@ -43,7 +47,8 @@
 #include <stdint.h>
 
 #if !defined(KDA_CHUNK) || !defined(KDA_SPLIT_S) || !defined(KDA_SPLIT_U) || !defined(KDA_SPLIT_W) || \
-    !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES) || !defined(KDA_ORDER_LONGEST)
+    !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES) || !defined(KDA_ORDER_LONGEST) ||              \
+    !defined(KDA_PREP_SMEM_BYTES) || !defined(KDA_REC_SMEM_BYTES) || !defined(KDA_REC_BYTES_HOST)
 #error "render the template through kernels/kda/family.py (settings are #defines)"
 #endif
 
@@ -183,6 +188,242 @@ __device__ __forceinline__ int kda_sequence_of(const int* __restrict__ cu_seqlen
 }
 // <<< kda_sequence_of
 
+// ---- one chunk: its own work (P2-P7) and its state-dependent products (P8) --------------------
+// The fused kernel runs both in one CTA per (sequence, head); the split pair (gene kernels = split)
+// runs kda_chunk_prep in kda_prep, one CTA per (chunk, head), all chunks at once, and only
+// kda_chunk_state on the recurrence's chain (kda_rec). Same code, so the same roundings.
+
+// P2-P7 on one chunk's raw inputs `st` (q, k, g) into `sm`'s operands (qd, kd, qp, kp, km, kr, w,
+// L, T, Aqk, decay), barriers S2-S7 included: every thread of the CTA calls it.
+template <class Stage, class Sm>
+__device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf16_bits* __restrict__ beta,
+                                               int tid, int lane, int warp, int valid, int t0, int h, int H,
+                                               bool gate_in_kernel, bool beta_logit, bool l2norm, float eA,
+                                               float lb2, float scale) {
+    // P2: row norms of q and k, the gate (log2 units), beta
+    {
+        const int r0 = 2 * warp;
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            const int r = r0 + rr;
+            float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float a = from_bf16(st.q[r][lane * 4 + e]), b = from_bf16(st.k[r][lane * 4 + e]);
+                sq += a * a;
+                sk += b * b;
+            }
+#pragma unroll
+            for (int m = 16; m > 0; m >>= 1) {
+                sq += __shfl_xor_sync(0xffffffffu, sq, m);
+                sk += __shfl_xor_sync(0xffffffffu, sk, m);
+            }
+            if (lane == 0) {
+                sm.rq[r] = l2norm ? rsqrtf(sq + 1e-6f) : 1.0f;
+                sm.rk[r] = l2norm ? rsqrtf(sk + 1e-6f) : 1.0f;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
+        const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
+        float x = 0.0f;
+        if (r < valid) {
+            if (gate_in_kernel) {
+                const float raw = from_bf16(reinterpret_cast<const bf16_bits*>(&st.g[r][0])[col]);
+                x = lb2 * sigmoid(eA * (raw + sm.dt_bias[col]));
+            } else {
+                x = st.g[r][col] * KDA_LOG2E;
+            }
+        }
+        sm.G[r][col] = x;
+    }
+    if (tid < KDA_CHUNK) {
+        float b = 0.0f;
+        if (tid < valid) {
+            b = from_bf16(beta[(size_t)(t0 + tid) * H + h]);
+            if (beta_logit) b = sigmoid(b);
+        }
+        sm.beta[tid] = b;
+    }
+    __syncthreads();                                                         // S2
+
+    // P3: cumulative decays per channel, the chunk's total decay
+    if (tid < KDA_D) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int r = 0; r < KDA_CHUNK; ++r) {
+            acc += sm.G[r][tid];
+            sm.G[r][tid] = acc;
+        }
+        sm.decay[tid] = ex2(acc);
+    }
+    __syncthreads();                                                         // S3
+
+    // P4: the decayed bf16 operands
+#pragma unroll
+    for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
+        const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
+        const float Gc = sm.G[r][col], Gm = sm.G[KDA_MID][col], Gl = sm.G[KDA_CHUNK - 1][col];
+        const float qn = from_bf16(st.q[r][col]) * sm.rq[r] * scale;
+        const float kn = from_bf16(st.k[r][col]) * sm.rk[r];
+        const float e1 = ex2(Gc), e2 = ex2(Gc - Gm), e3 = ex2(Gm - Gc), e4 = ex2(Gl - Gc);
+        store_split<KDA_SPLIT_W>(sm.qd, r, col, qn * e1);
+        sm.kd[r][col] = to_bf16(kn * e1);
+        store_split<KDA_SPLIT_INTRA>(sm.qp, r, col, qn * e2);
+        store_split<KDA_SPLIT_INTRA>(sm.kp, r, col, kn * e2);
+        store_split<KDA_SPLIT_INTRA>(sm.km, r, col, kn * e3);
+        sm.kr[r][col] = to_bf16(kn * e4);
+    }
+    __syncthreads();                                                         // S4
+
+    // P5: warp 0: L = diag(beta) (kp km^T) strictly lower; warp 1: Aqk = qp km^T, j <= i
+    if (warp < 2) {
+        const bf16_bits(*Am)[KDA_CHUNK][KDA_ROW] = warp == 0 ? sm.kp : sm.qp;
+        float acc[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < KDA_D / 16; ++kk) {
+            uint32_t ah[4], al[4] = {}, bh[4], bl[4] = {};
+            const int ar = lane & 15, ac = 16 * kk + (lane >> 4) * 8;
+            const int br = (lane >> 4) * 8 + (lane & 7), bc = 16 * kk + ((lane >> 3) & 1) * 8;
+            ldsm_x4(ah, &Am[0][ar][ac]);
+            ldsm_x4(bh, &sm.km[0][br][bc]);
+            if (KDA_SPLIT_INTRA) {
+                ldsm_x4(al, &Am[KDA_NI - 1][ar][ac]);
+                ldsm_x4(bl, &sm.km[KDA_NI - 1][br][bc]);
+            }
+            mma_split<KDA_SPLIT_INTRA, KDA_SPLIT_INTRA>(acc[0], ah, al, bh[0], bh[1], bl[0], bl[1]);
+            mma_split<KDA_SPLIT_INTRA, KDA_SPLIT_INTRA>(acc[1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = (lane >> 2) + (e >> 1) * 8, j = 8 * nt + 2 * (lane & 3) + (e & 1);
+                if (warp == 0) sm.L[i][j] = j < i ? sm.beta[i] * acc[nt][e] : 0.0f;
+                else store_split<KDA_SPLIT_INTRA>(sm.Aqk, i, j, j <= i ? acc[nt][e] : 0.0f);
+            }
+        }
+    }
+    __syncthreads();                                                         // S5
+
+    // P6: T = (I + L)^-1 diag(beta), column j by lane j (forward substitution in fp32)
+    if (warp == 0 && lane < KDA_CHUNK) {
+        float x[KDA_CHUNK];
+#pragma unroll
+        for (int i = 0; i < KDA_CHUNK; ++i) {
+            float xi = i == lane ? sm.beta[i] : 0.0f;
+#pragma unroll
+            for (int l = 0; l < i; ++l) xi -= sm.L[i][l] * x[l];
+            x[i] = xi;
+            store_split<KDA_SPLIT_INTRA>(sm.T, i, lane, xi);
+        }
+    }
+    __syncthreads();                                                         // S6
+
+    // P7: w = T kd, warp w computes columns [16 w, 16 w + 16)
+    {
+        uint32_t ah[4], al[4] = {}, b[4];
+        float acc[2][4] = {};
+        ldsm_x4(ah, &sm.T[0][lane & 15][(lane >> 4) * 8]);
+        if (KDA_SPLIT_INTRA) ldsm_x4(al, &sm.T[KDA_NI - 1][lane & 15][(lane >> 4) * 8]);
+        ldsm_x4_t(b, &sm.kd[(lane & 7) + ((lane >> 3) & 1) * 8][16 * warp + (lane >> 4) * 8]);
+        mma_split<KDA_SPLIT_INTRA, false>(acc[0], ah, al, b[0], b[1], 0u, 0u);
+        mma_split<KDA_SPLIT_INTRA, false>(acc[1], ah, al, b[2], b[3], 0u, 0u);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = (lane >> 2) + (e >> 1) * 8, j = 16 * warp + 8 * nt + 2 * (lane & 3) + (e & 1);
+                store_split<KDA_SPLIT_W>(sm.w, i, j, acc[nt][e]);
+            }
+        }
+    }
+    __syncthreads();                                                         // S7
+}
+
+// P8: warp `warp`'s rows of U^T, o^T (staged in `ot`) and the state S^T, from the chunk's v tile `vt`
+// and `sm`'s T, w, qd, Aqk, kr, decay (no barrier inside).
+template <class Ops>
+__device__ __forceinline__ void kda_chunk_state(const bf16_bits (*vt)[KDA_ROW], const Ops& sm, bf16_bits (*ot)[KDA_ROW],
+                                                float (&S)[16][4], int lane, int warp, int vr, int kc) {
+    const int br = (lane >> 4) * 8 + (lane & 7), bk = ((lane >> 3) & 1) * 8;   // B from [n][k]
+    // u^T = V^T T^T  (A = v^T: ldmatrix.trans of v [j][v]; B = T [c][j])
+    float U[2][4] = {};
+    {
+        uint32_t a[4], bh[4], bl[4] = {};
+        ldsm_x4_t(a, &vt[(lane & 7) + (lane >> 4) * 8][16 * warp + ((lane >> 3) & 1) * 8]);
+        ldsm_x4(bh, &sm.T[0][br][bk]);
+        if (KDA_SPLIT_INTRA) ldsm_x4(bl, &sm.T[KDA_NI - 1][br][bk]);
+        mma_split<false, KDA_SPLIT_INTRA>(U[0], a, a, bh[0], bh[1], bl[0], bl[1]);
+        mma_split<false, KDA_SPLIT_INTRA>(U[1], a, a, bh[2], bh[3], bl[2], bl[3]);
+    }
+    // U^T = u^T - S^T w^T  and  o^T = S^T qd^T  (A = S^T in bf16, B = w, qd [c][k])
+    float WS[2][4] = {}, O[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < KDA_D / 16; ++kk) {
+        uint32_t ah[4], al[4] = {}, bw[4], bwl[4] = {}, bq[4], bql[4] = {};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {        // a[r]: tile 2 kk + r / 2, registers 2 (r % 2) ..
+            const float* x = &S[2 * kk + (r >> 1)][2 * (r & 1)];
+            if (KDA_SPLIT_S) split_pack(x[0], x[1], ah[r], al[r]);
+            else ah[r] = pack_bf16(x[0], x[1]);
+        }
+        ldsm_x4(bw, &sm.w[0][br][16 * kk + bk]);
+        ldsm_x4(bq, &sm.qd[0][br][16 * kk + bk]);
+        if (KDA_SPLIT_W) {
+            ldsm_x4(bwl, &sm.w[KDA_NW - 1][br][16 * kk + bk]);
+            ldsm_x4(bql, &sm.qd[KDA_NW - 1][br][16 * kk + bk]);
+        }
+        mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(WS[0], ah, al, bw[0], bw[1], bwl[0], bwl[1]);
+        mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(WS[1], ah, al, bw[2], bw[3], bwl[2], bwl[3]);
+        mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(O[0], ah, al, bq[0], bq[1], bql[0], bql[1]);
+        mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(O[1], ah, al, bq[2], bq[3], bql[2], bql[3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) U[nt][e] -= WS[nt][e];
+    uint32_t uh[4], ul[4] = {};                           // U^T [v][c] as an A operand (k = c)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const float* x = &U[r >> 1][2 * (r & 1)];
+        if (KDA_SPLIT_U) split_pack(x[0], x[1], uh[r], ul[r]);
+        else uh[r] = pack_bf16(x[0], x[1]);
+    }
+    {                                                // o^T += U^T Aqk^T
+        uint32_t bh[4], bl[4] = {};
+        ldsm_x4(bh, &sm.Aqk[0][br][bk]);
+        if (KDA_SPLIT_INTRA) ldsm_x4(bl, &sm.Aqk[KDA_NI - 1][br][bk]);
+        mma_split<KDA_SPLIT_U, KDA_SPLIT_INTRA>(O[0], uh, ul, bh[0], bh[1], bl[0], bl[1]);
+        mma_split<KDA_SPLIT_U, KDA_SPLIT_INTRA>(O[1], uh, ul, bh[2], bh[3], bl[2], bl[3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int vv = vr + (e >> 1) * 8, cc = 8 * nt + kc + (e & 1);
+            ot[cc][vv] = to_bf16(O[nt][e]);
+        }
+    }
+    // S^T <- e^(G_C) S^T + U^T kr   (B = kr [c][k]: ldmatrix.trans)
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const float d0 = sm.decay[8 * j + kc], d1 = sm.decay[8 * j + kc + 1];
+        S[j][0] *= d0;
+        S[j][1] *= d1;
+        S[j][2] *= d0;
+        S[j][3] *= d1;
+    }
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+        uint32_t b[4];
+        ldsm_x4_t(b, &sm.kr[(lane & 7) + ((lane >> 3) & 1) * 8][16 * jj + (lane >> 4) * 8]);
+        mma_split<KDA_SPLIT_U, false>(S[2 * jj], uh, ul, b[0], b[1], 0u, 0u);
+        mma_split<KDA_SPLIT_U, false>(S[2 * jj + 1], uh, ul, b[2], b[3], 0u, 0u);
+    }
+}
+
 // ---- the kernel ------------------------------------------------------------------------------
 template <typename ST>
 __device__ __forceinline__ void kda_fwd_body(
@@ -249,225 +490,11 @@ __device__ __forceinline__ void kda_fwd_body(
         if (c + 1 < nchunks) prefetch(c + 1, s ^ 1);
         KdaStage& st = sm.stage[s];
 
-        // P2: row norms of q and k, the gate (log2 units), beta
-        {
-            const int r0 = 2 * warp;
-#pragma unroll
-            for (int rr = 0; rr < 2; ++rr) {
-                const int r = r0 + rr;
-                float sq = 0.0f, sk = 0.0f;
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float a = from_bf16(st.q[r][lane * 4 + e]), b = from_bf16(st.k[r][lane * 4 + e]);
-                    sq += a * a;
-                    sk += b * b;
-                }
-#pragma unroll
-                for (int m = 16; m > 0; m >>= 1) {
-                    sq += __shfl_xor_sync(0xffffffffu, sq, m);
-                    sk += __shfl_xor_sync(0xffffffffu, sk, m);
-                }
-                if (lane == 0) {
-                    sm.rq[r] = l2norm ? rsqrtf(sq + 1e-6f) : 1.0f;
-                    sm.rk[r] = l2norm ? rsqrtf(sk + 1e-6f) : 1.0f;
-                }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
-            const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
-            float x = 0.0f;
-            if (r < valid) {
-                if (gate_in_kernel) {
-                    const float raw = from_bf16(reinterpret_cast<const bf16_bits*>(&st.g[r][0])[col]);
-                    x = lb2 * sigmoid(eA * (raw + sm.dt_bias[col]));
-                } else {
-                    x = st.g[r][col] * KDA_LOG2E;
-                }
-            }
-            sm.G[r][col] = x;
-        }
-        if (tid < KDA_CHUNK) {
-            float b = 0.0f;
-            if (tid < valid) {
-                b = from_bf16(beta[(size_t)(t0 + tid) * H + h]);
-                if (beta_logit) b = sigmoid(b);
-            }
-            sm.beta[tid] = b;
-        }
-        __syncthreads();                                                         // S2
-
-        // P3: cumulative decays per channel, the chunk's total decay
-        if (tid < KDA_D) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int r = 0; r < KDA_CHUNK; ++r) {
-                acc += sm.G[r][tid];
-                sm.G[r][tid] = acc;
-            }
-            sm.decay[tid] = ex2(acc);
-        }
-        __syncthreads();                                                         // S3
-
-        // P4: the decayed bf16 operands
-#pragma unroll
-        for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
-            const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
-            const float Gc = sm.G[r][col], Gm = sm.G[KDA_MID][col], Gl = sm.G[KDA_CHUNK - 1][col];
-            const float qn = from_bf16(st.q[r][col]) * sm.rq[r] * scale;
-            const float kn = from_bf16(st.k[r][col]) * sm.rk[r];
-            const float e1 = ex2(Gc), e2 = ex2(Gc - Gm), e3 = ex2(Gm - Gc), e4 = ex2(Gl - Gc);
-            store_split<KDA_SPLIT_W>(sm.qd, r, col, qn * e1);
-            sm.kd[r][col] = to_bf16(kn * e1);
-            store_split<KDA_SPLIT_INTRA>(sm.qp, r, col, qn * e2);
-            store_split<KDA_SPLIT_INTRA>(sm.kp, r, col, kn * e2);
-            store_split<KDA_SPLIT_INTRA>(sm.km, r, col, kn * e3);
-            sm.kr[r][col] = to_bf16(kn * e4);
-        }
-        __syncthreads();                                                         // S4
-
-        // P5: warp 0: L = diag(beta) (kp km^T) strictly lower; warp 1: Aqk = qp km^T, j <= i
-        if (warp < 2) {
-            const bf16_bits(*Am)[KDA_CHUNK][KDA_ROW] = warp == 0 ? sm.kp : sm.qp;
-            float acc[2][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < KDA_D / 16; ++kk) {
-                uint32_t ah[4], al[4] = {}, bh[4], bl[4] = {};
-                const int ar = lane & 15, ac = 16 * kk + (lane >> 4) * 8;
-                const int br = (lane >> 4) * 8 + (lane & 7), bc = 16 * kk + ((lane >> 3) & 1) * 8;
-                ldsm_x4(ah, &Am[0][ar][ac]);
-                ldsm_x4(bh, &sm.km[0][br][bc]);
-                if (KDA_SPLIT_INTRA) {
-                    ldsm_x4(al, &Am[KDA_NI - 1][ar][ac]);
-                    ldsm_x4(bl, &sm.km[KDA_NI - 1][br][bc]);
-                }
-                mma_split<KDA_SPLIT_INTRA, KDA_SPLIT_INTRA>(acc[0], ah, al, bh[0], bh[1], bl[0], bl[1]);
-                mma_split<KDA_SPLIT_INTRA, KDA_SPLIT_INTRA>(acc[1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = (lane >> 2) + (e >> 1) * 8, j = 8 * nt + 2 * (lane & 3) + (e & 1);
-                    if (warp == 0) sm.L[i][j] = j < i ? sm.beta[i] * acc[nt][e] : 0.0f;
-                    else store_split<KDA_SPLIT_INTRA>(sm.Aqk, i, j, j <= i ? acc[nt][e] : 0.0f);
-                }
-            }
-        }
-        __syncthreads();                                                         // S5
-
-        // P6: T = (I + L)^-1 diag(beta), column j by lane j (forward substitution in fp32)
-        if (warp == 0 && lane < KDA_CHUNK) {
-            float x[KDA_CHUNK];
-#pragma unroll
-            for (int i = 0; i < KDA_CHUNK; ++i) {
-                float xi = i == lane ? sm.beta[i] : 0.0f;
-#pragma unroll
-                for (int l = 0; l < i; ++l) xi -= sm.L[i][l] * x[l];
-                x[i] = xi;
-                store_split<KDA_SPLIT_INTRA>(sm.T, i, lane, xi);
-            }
-        }
-        __syncthreads();                                                         // S6
-
-        // P7: w = T kd, warp w computes columns [16 w, 16 w + 16)
-        {
-            uint32_t ah[4], al[4] = {}, b[4];
-            float acc[2][4] = {};
-            ldsm_x4(ah, &sm.T[0][lane & 15][(lane >> 4) * 8]);
-            if (KDA_SPLIT_INTRA) ldsm_x4(al, &sm.T[KDA_NI - 1][lane & 15][(lane >> 4) * 8]);
-            ldsm_x4_t(b, &sm.kd[(lane & 7) + ((lane >> 3) & 1) * 8][16 * warp + (lane >> 4) * 8]);
-            mma_split<KDA_SPLIT_INTRA, false>(acc[0], ah, al, b[0], b[1], 0u, 0u);
-            mma_split<KDA_SPLIT_INTRA, false>(acc[1], ah, al, b[2], b[3], 0u, 0u);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = (lane >> 2) + (e >> 1) * 8, j = 16 * warp + 8 * nt + 2 * (lane & 3) + (e & 1);
-                    store_split<KDA_SPLIT_W>(sm.w, i, j, acc[nt][e]);
-                }
-            }
-        }
-        __syncthreads();                                                         // S7
+        kda_chunk_prep(st, sm, beta, tid, lane, warp, valid, t0, h, H, gate_in_kernel, beta_logit, l2norm, eA, lb2,
+                       scale);                                           // P2-P7, S2-S7
 
         // P8: this warp's rows of U^T, o^T and the state
-        {
-            const int br = (lane >> 4) * 8 + (lane & 7), bk = ((lane >> 3) & 1) * 8;   // B from [n][k]
-            // u^T = V^T T^T  (A = v^T: ldmatrix.trans of v [j][v]; B = T [c][j])
-            float U[2][4] = {};
-            {
-                uint32_t a[4], bh[4], bl[4] = {};
-                ldsm_x4_t(a, &st.v[(lane & 7) + (lane >> 4) * 8][16 * warp + ((lane >> 3) & 1) * 8]);
-                ldsm_x4(bh, &sm.T[0][br][bk]);
-                if (KDA_SPLIT_INTRA) ldsm_x4(bl, &sm.T[KDA_NI - 1][br][bk]);
-                mma_split<false, KDA_SPLIT_INTRA>(U[0], a, a, bh[0], bh[1], bl[0], bl[1]);
-                mma_split<false, KDA_SPLIT_INTRA>(U[1], a, a, bh[2], bh[3], bl[2], bl[3]);
-            }
-            // U^T = u^T - S^T w^T  and  o^T = S^T qd^T  (A = S^T in bf16, B = w, qd [c][k])
-            float WS[2][4] = {}, O[2][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < KDA_D / 16; ++kk) {
-                uint32_t ah[4], al[4] = {}, bw[4], bwl[4] = {}, bq[4], bql[4] = {};
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {        // a[r]: tile 2 kk + r / 2, registers 2 (r % 2) ..
-                    const float* x = &S[2 * kk + (r >> 1)][2 * (r & 1)];
-                    if (KDA_SPLIT_S) split_pack(x[0], x[1], ah[r], al[r]);
-                    else ah[r] = pack_bf16(x[0], x[1]);
-                }
-                ldsm_x4(bw, &sm.w[0][br][16 * kk + bk]);
-                ldsm_x4(bq, &sm.qd[0][br][16 * kk + bk]);
-                if (KDA_SPLIT_W) {
-                    ldsm_x4(bwl, &sm.w[KDA_NW - 1][br][16 * kk + bk]);
-                    ldsm_x4(bql, &sm.qd[KDA_NW - 1][br][16 * kk + bk]);
-                }
-                mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(WS[0], ah, al, bw[0], bw[1], bwl[0], bwl[1]);
-                mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(WS[1], ah, al, bw[2], bw[3], bwl[2], bwl[3]);
-                mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(O[0], ah, al, bq[0], bq[1], bql[0], bql[1]);
-                mma_split<KDA_SPLIT_S, KDA_SPLIT_W>(O[1], ah, al, bq[2], bq[3], bql[2], bql[3]);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) U[nt][e] -= WS[nt][e];
-            uint32_t uh[4], ul[4] = {};                           // U^T [v][c] as an A operand (k = c)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const float* x = &U[r >> 1][2 * (r & 1)];
-                if (KDA_SPLIT_U) split_pack(x[0], x[1], uh[r], ul[r]);
-                else uh[r] = pack_bf16(x[0], x[1]);
-            }
-            {                                                // o^T += U^T Aqk^T
-                uint32_t bh[4], bl[4] = {};
-                ldsm_x4(bh, &sm.Aqk[0][br][bk]);
-                if (KDA_SPLIT_INTRA) ldsm_x4(bl, &sm.Aqk[KDA_NI - 1][br][bk]);
-                mma_split<KDA_SPLIT_U, KDA_SPLIT_INTRA>(O[0], uh, ul, bh[0], bh[1], bl[0], bl[1]);
-                mma_split<KDA_SPLIT_U, KDA_SPLIT_INTRA>(O[1], uh, ul, bh[2], bh[3], bl[2], bl[3]);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int vv = vr + (e >> 1) * 8, cc = 8 * nt + kc + (e & 1);
-                    sm.o[cc][vv] = to_bf16(O[nt][e]);
-                }
-            }
-            // S^T <- e^(G_C) S^T + U^T kr   (B = kr [c][k]: ldmatrix.trans)
-#pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                const float d0 = sm.decay[8 * j + kc], d1 = sm.decay[8 * j + kc + 1];
-                S[j][0] *= d0;
-                S[j][1] *= d1;
-                S[j][2] *= d0;
-                S[j][3] *= d1;
-            }
-#pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-                uint32_t b[4];
-                ldsm_x4_t(b, &sm.kr[(lane & 7) + ((lane >> 3) & 1) * 8][16 * jj + (lane >> 4) * 8]);
-                mma_split<KDA_SPLIT_U, false>(S[2 * jj], uh, ul, b[0], b[1], 0u, 0u);
-                mma_split<KDA_SPLIT_U, false>(S[2 * jj + 1], uh, ul, b[2], b[3], 0u, 0u);
-            }
-        }
+        kda_chunk_state(st.v, sm, sm.o, S, lane, warp, vr, kc);                     // P8
         __syncthreads();                                                         // S8
 
         // the chunk's output rows, 16 bytes per thread
@@ -493,6 +520,242 @@ __device__ __forceinline__ void kda_fwd_body(
     }
 }
 
+// ---- the split pair (gene kernels = split: family.py renders these entries instead) ------
+// kda_prep: one CTA per (workspace slot, head), grid (T / 16 + N, H): P2-P7 on one chunk, its
+// operands written to that slot's record. kda_rec: one CTA per (head, sequence) like the fused
+// kernel, P8 only, each chunk's record and v tile loaded KDA_REC_STAGES - 1 chunks ahead by
+// cp.async, one barrier per chunk.
+//
+// Slots: chunk c of sequence n is slot cu[n] / 16 + n + c. Distinct and below T / 16 + N:
+// with cu[n] = 16 p + r and len = 16 q + s (r, s < 16), sequence n's last slot + 1 is
+// p + n + q + (s > 0) <= (cu[n] + len) / 16 + n + 1, sequence n + 1's first. Gap slots (at most
+// one per sequence) are never written nor read. A record is the head's slot's operands, head-major
+// (record h * (T / 16 + N) + slot), rows unpadded:
+//   qd [NW][16][128] bf16 | w [NW][16][128] bf16 | kr [16][128] bf16 | T [NI][16][16] bf16 |
+//   Aqk [NI][16][16] bf16 | decay [128] fp32                      (KDA_REC_BYTES; family.rec_bytes)
+#define KDA_TILE_BYTES (KDA_CHUNK * KDA_D * 2)
+#define KDA_SMALL_BYTES (KDA_CHUNK * KDA_CHUNK * 2)
+#define KDA_OFF_W (KDA_NW * KDA_TILE_BYTES)
+#define KDA_OFF_KR (2 * KDA_NW * KDA_TILE_BYTES)
+#define KDA_OFF_T ((2 * KDA_NW + 1) * KDA_TILE_BYTES)
+#define KDA_OFF_AQK (KDA_OFF_T + KDA_NI * KDA_SMALL_BYTES)
+#define KDA_OFF_DECAY (KDA_OFF_AQK + KDA_NI * KDA_SMALL_BYTES)
+#define KDA_REC_BYTES (KDA_OFF_DECAY + KDA_D * 4)
+#define KDA_REC_STAGES 3
+#define KDA_PREP_MIN_BLOCKS 3            // CTAs per SM kda_prep is compiled for (85 registers)
+
+struct KdaPrepStage {                    // kda_prep's raw inputs (no v)
+    bf16_bits q[KDA_CHUNK][KDA_ROW];
+    bf16_bits k[KDA_CHUNK][KDA_ROW];
+    float g[KDA_CHUNK][KDA_D];
+};
+struct KdaPrepSmem {                     // KdaSmem less the second stage, v and o
+    KdaPrepStage stage;
+    float G[KDA_CHUNK][KDA_D];
+    bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];
+    bf16_bits kd[KDA_CHUNK][KDA_ROW];
+    bf16_bits qp[KDA_NI][KDA_CHUNK][KDA_ROW];
+    bf16_bits kp[KDA_NI][KDA_CHUNK][KDA_ROW];
+    bf16_bits km[KDA_NI][KDA_CHUNK][KDA_ROW];
+    bf16_bits kr[KDA_CHUNK][KDA_ROW];
+    bf16_bits w[KDA_NW][KDA_CHUNK][KDA_ROW];
+    float L[KDA_CHUNK][KDA_CHUNK + 1];
+    bf16_bits T[KDA_NI][KDA_CHUNK][KDA_ROW16];
+    bf16_bits Aqk[KDA_NI][KDA_CHUNK][KDA_ROW16];
+    float decay[KDA_D];
+    float dt_bias[KDA_D];
+    float rq[KDA_CHUNK], rk[KDA_CHUNK], beta[KDA_CHUNK];
+};
+struct KdaRecStage {                     // one chunk's record and v tile, as P8 reads them
+    bf16_bits v[KDA_CHUNK][KDA_ROW];
+    bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];
+    bf16_bits w[KDA_NW][KDA_CHUNK][KDA_ROW];
+    bf16_bits kr[KDA_CHUNK][KDA_ROW];
+    bf16_bits T[KDA_NI][KDA_CHUNK][KDA_ROW16];
+    bf16_bits Aqk[KDA_NI][KDA_CHUNK][KDA_ROW16];
+    float decay[KDA_D];
+};
+struct KdaRecSmem {
+    KdaRecStage stage[KDA_REC_STAGES];
+    bf16_bits o[2][KDA_CHUNK][KDA_ROW];  // output staging, alternating chunks
+};
+static_assert(sizeof(KdaPrepSmem) == KDA_PREP_SMEM_BYTES, "kernels/kda/family.py's kda_prep shared-memory size disagrees");
+static_assert(sizeof(KdaRecSmem) == KDA_REC_SMEM_BYTES, "kernels/kda/family.py's kda_rec shared-memory size disagrees");
+static_assert(KDA_REC_BYTES % 16 == 0 && KDA_REC_BYTES == KDA_REC_BYTES_HOST, "kernels/kda/family.py's record size disagrees");
+
+// >>> kda_slot_sequence (tests/test_kda_template.py compiles this function for the host)
+// The sequence owning workspace slot `slot`: the largest n < N with cu[n] / 16 + n <= slot (that
+// base is strictly increasing in n; sequence 0's is 0). Binary search, log2 N reads of cu_seqlens.
+__device__ __forceinline__ int kda_slot_sequence(const int* __restrict__ cu_seqlens, int N, int slot) {
+    int lo = 0, hi = N - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (cu_seqlens[mid] / KDA_CHUNK + mid <= slot) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+// <<< kda_slot_sequence
+
+// the 16-byte pieces of a record's small parts (T, Aqk, decay): piece i < KDA_SMALL_PIECES is at
+// record offset small_off(i) and at *small_smem(i) in a stage or prep buffer
+#define KDA_TA_PIECES (2 * KDA_NI * KDA_SMALL_BYTES / 16)   // T and Aqk: 32 pieces a tile
+#define KDA_SMALL_PIECES (KDA_TA_PIECES + KDA_D * 4 / 16)
+static_assert(KDA_SMALL_PIECES <= KDA_THREADS, "one small piece per thread");
+__device__ __forceinline__ int kda_small_off(int i) {
+    if (i < KDA_TA_PIECES) return KDA_OFF_T + i * 16;          // T then Aqk: rows of 32 B
+    return KDA_OFF_DECAY + (i - KDA_TA_PIECES) * 16;
+}
+template <class Sm>
+__device__ __forceinline__ void* kda_small_smem(Sm& sm, int i) {
+    if (i < KDA_TA_PIECES) {
+        const int tile = i >> 5, rr = (i >> 1) & 15, pp = i & 1;      // tile: T hi, (T lo), Aqk hi, (Aqk lo)
+        bf16_bits(*t)[KDA_CHUNK][KDA_ROW16] = tile < KDA_NI ? sm.T : sm.Aqk;
+        return &t[tile % KDA_NI][rr][pp * 8];
+    }
+    return &sm.decay[(i - KDA_TA_PIECES) * 4];
+}
+
+__device__ __forceinline__ void kda_prep_body(
+    const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k, const void* __restrict__ g,
+    const bf16_bits* __restrict__ beta, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+    const int* __restrict__ cu_seqlens, int T, int H, int N, float scale, float lower_bound, int flags,
+    unsigned char* __restrict__ ws) {
+    extern __shared__ __align__(128) unsigned char kda_smem_raw[];
+    KdaPrepSmem& sm = *reinterpret_cast<KdaPrepSmem*>(kda_smem_raw);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int slot = blockIdx.x, h = blockIdx.y, nslots = T / KDA_CHUNK + N;
+    const int n = kda_slot_sequence(cu_seqlens, N, slot);
+    const int bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
+    const int t0 = bos + (slot - (bos / KDA_CHUNK + n)) * KDA_CHUNK;
+    if (t0 >= eos) return;                                   // a gap slot (the whole CTA)
+    const int valid = min(KDA_CHUNK, eos - t0);
+    const bool gate_in_kernel = A_log != nullptr;
+    const bool beta_logit = flags & 1, l2norm = flags & 2;
+    const float eA = gate_in_kernel ? ex2(A_log[h] * KDA_LOG2E) : 0.0f;
+    const float lb2 = lower_bound * KDA_LOG2E;
+    const float* gf = static_cast<const float*>(g);
+    const bf16_bits* gb = static_cast<const bf16_bits*>(g);
+    if (gate_in_kernel && tid < KDA_D) sm.dt_bias[tid] = dt_bias[h * KDA_D + tid];
+    {                                                        // the chunk's q, k, g (as the fused prefetch)
+        const size_t row_stride = (size_t)H * KDA_D;
+        const int r = tid >> 4, part = tid & 15;
+        const bool ok = t0 + r < eos;
+        const size_t row = ok ? (size_t)(t0 + r) * row_stride + (size_t)h * KDA_D : 0;
+        const int bytes = ok ? 16 : 0;
+        KdaPrepStage& st = sm.stage;
+        cp_async16(&st.q[r][part * 8], q + row + part * 8, bytes);
+        cp_async16(&st.k[r][part * 8], k + row + part * 8, bytes);
+        if (gate_in_kernel) {
+            cp_async16(reinterpret_cast<bf16_bits*>(&st.g[r][0]) + part * 8, gb + row + part * 8, bytes);
+        } else {
+            cp_async16(&st.g[r][part * 4], gf + row + part * 4, bytes);
+            cp_async16(&st.g[r][64 + part * 4], gf + row + 64 + part * 4, bytes);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+    kda_chunk_prep(sm.stage, sm, beta, tid, lane, warp, valid, t0, h, H, gate_in_kernel, beta_logit, l2norm, eA, lb2,
+                   scale);                                   // ends with a barrier: every operand is in sm
+    unsigned char* rec = ws + ((size_t)h * nslots + slot) * KDA_REC_BYTES;
+    {
+        const int r = tid >> 4, part = tid & 15, off = r * (KDA_D * 2) + part * 16;
+#pragma unroll
+        for (int i = 0; i < KDA_NW; ++i) {
+            *reinterpret_cast<uint4*>(rec + i * KDA_TILE_BYTES + off) = *reinterpret_cast<const uint4*>(&sm.qd[i][r][part * 8]);
+            *reinterpret_cast<uint4*>(rec + KDA_OFF_W + i * KDA_TILE_BYTES + off) =
+                *reinterpret_cast<const uint4*>(&sm.w[i][r][part * 8]);
+        }
+        *reinterpret_cast<uint4*>(rec + KDA_OFF_KR + off) = *reinterpret_cast<const uint4*>(&sm.kr[r][part * 8]);
+        if (tid < KDA_SMALL_PIECES)
+            *reinterpret_cast<uint4*>(rec + kda_small_off(tid)) = *reinterpret_cast<const uint4*>(kda_small_smem(sm, tid));
+    }
+}
+
+template <typename ST>
+__device__ __forceinline__ void kda_rec_body(
+    const bf16_bits* __restrict__ v, const int* __restrict__ cu_seqlens, const ST* __restrict__ h0,
+    bf16_bits* __restrict__ o, ST* __restrict__ ht, int T, int H, int N, int flags,
+    const unsigned char* __restrict__ ws) {
+    extern __shared__ __align__(128) unsigned char kda_smem_raw[];
+    KdaRecSmem& sm = *reinterpret_cast<KdaRecSmem*>(kda_smem_raw);
+    __shared__ int kda_seq_slot;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int h = blockIdx.x, n = kda_sequence_of(cu_seqlens, N, blockIdx.y, tid, KDA_THREADS, &kda_seq_slot);
+    const int bos = cu_seqlens[n], eos = cu_seqlens[n + 1], nslots = T / KDA_CHUNK + N;
+    const bool layout_kv = flags & 4;
+    const int vr = 16 * warp + (lane >> 2), kc = 2 * (lane & 3);
+    float S[16][4];
+    const size_t sbase = ((size_t)n * H + h) * KDA_D * KDA_D;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int vv = vr + (e >> 1) * 8, kk = 8 * j + kc + (e & 1);
+            const size_t off = layout_kv ? (size_t)kk * KDA_D + vv : (size_t)vv * KDA_D + kk;
+            S[j][e] = h0 ? load_state(h0 + sbase + off) : 0.0f;
+        }
+    }
+    const int nchunks = (eos - bos + KDA_CHUNK - 1) / KDA_CHUNK;
+    const size_t row_stride = (size_t)H * KDA_D;
+    const unsigned char* recs = ws + ((size_t)h * nslots + bos / KDA_CHUNK + n) * KDA_REC_BYTES;
+
+    auto load = [&](int c, int s) {                          // chunk c's record and v into stage s
+        const int t0 = bos + c * KDA_CHUNK;
+        const int r = tid >> 4, part = tid & 15, off = r * (KDA_D * 2) + part * 16;
+        const bool ok = t0 + r < eos;                        // v rows past the sequence: zero-filled
+        const size_t row = ok ? (size_t)(t0 + r) * row_stride + (size_t)h * KDA_D : 0;
+        const unsigned char* rec = recs + (size_t)c * KDA_REC_BYTES;
+        KdaRecStage& st = sm.stage[s];
+        cp_async16(&st.v[r][part * 8], v + row + part * 8, ok ? 16 : 0);
+#pragma unroll
+        for (int i = 0; i < KDA_NW; ++i) {
+            cp_async16(&st.qd[i][r][part * 8], rec + i * KDA_TILE_BYTES + off, 16);
+            cp_async16(&st.w[i][r][part * 8], rec + KDA_OFF_W + i * KDA_TILE_BYTES + off, 16);
+        }
+        cp_async16(&st.kr[r][part * 8], rec + KDA_OFF_KR + off, 16);
+        if (tid < KDA_SMALL_PIECES) cp_async16(kda_small_smem(st, tid), rec + kda_small_off(tid), 16);
+    };
+    auto store_o = [&](int c, int buf) {                     // chunk c's output rows, 16 bytes per thread
+        const int t0 = bos + c * KDA_CHUNK, r = tid >> 4, part = tid & 15;
+        if (t0 + r < eos) {
+            const uint4 val = *reinterpret_cast<const uint4*>(&sm.o[buf][r][part * 8]);
+            *reinterpret_cast<uint4*>(o + (size_t)(t0 + r) * row_stride + (size_t)h * KDA_D + part * 8) = val;
+        }
+    };
+
+#pragma unroll
+    for (int c = 0; c < KDA_REC_STAGES - 1; ++c) {           // one commit group per chunk, empty past the end
+        if (c < nchunks) load(c, c);
+        cp_async_commit();
+    }
+    for (int c = 0; c < nchunks; ++c) {
+        const int s = c % KDA_REC_STAGES;
+        cp_async_wait<KDA_REC_STAGES - 2>();                 // chunk c's group has landed (this thread's)
+        __syncthreads();   // everyone's: stage s is visible; chunk c - 1's P8 is done everywhere, so its
+                           // stage may be refilled and its staged o read
+        if (c + KDA_REC_STAGES - 1 < nchunks) load(c + KDA_REC_STAGES - 1, (c + KDA_REC_STAGES - 1) % KDA_REC_STAGES);
+        cp_async_commit();
+        if (c > 0) store_o(c - 1, (c - 1) & 1);
+        kda_chunk_state(sm.stage[s].v, sm.stage[s], sm.o[c & 1], S, lane, warp, vr, kc);   // P8
+    }
+    __syncthreads();
+    if (nchunks > 0) store_o(nchunks - 1, (nchunks - 1) & 1);
+
+    if (ht) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int vv = vr + (e >> 1) * 8, kk = 8 * j + kc + (e & 1);
+                const size_t off = layout_kv ? (size_t)kk * KDA_D + vv : (size_t)vv * KDA_D + kk;
+                store_state(ht + sbase + off, S[j][e]);
+            }
+        }
+    }
+}
+
 #define KDA_ENTRY(NAME, ST)                                                                              \
     extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) NAME(                                   \
         const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
@@ -500,4 +763,20 @@ __device__ __forceinline__ void kda_fwd_body(
         ST* ht, int T, int H, int N, float scale, float lower_bound, int flags) {                         \
         kda_fwd_body<ST>(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, h0, o, ht, T, H, N, scale,        \
                          lower_bound, flags);                                                            \
+    }
+
+// the split pair's entries: the fused kernel's parameters, then the workspace (family.workspace)
+#define KDA_PREP_ENTRY(NAME)                                                                             \
+    extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_PREP_MIN_BLOCKS) NAME(                 \
+        const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
+        const float* A_log, const float* dt_bias, const int* cu_seqlens, const void* h0, bf16_bits* o,   \
+        void* ht, int T, int H, int N, float scale, float lower_bound, int flags, unsigned char* ws) {   \
+        kda_prep_body(q, k, g, beta, A_log, dt_bias, cu_seqlens, T, H, N, scale, lower_bound, flags, ws); \
+    }
+#define KDA_REC_ENTRY(NAME, ST)                                                                          \
+    extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) NAME(                                   \
+        const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
+        const float* A_log, const float* dt_bias, const int* cu_seqlens, const ST* h0, bf16_bits* o,     \
+        ST* ht, int T, int H, int N, float scale, float lower_bound, int flags, const unsigned char* ws) { \
+        kda_rec_body<ST>(v, cu_seqlens, h0, o, ht, T, H, N, flags, ws);                                  \
     }

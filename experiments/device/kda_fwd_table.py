@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fitness.device import DeviceRunner, resolve_args  # noqa: E402
+from fitness.device import DeviceRunner, as_launches, resolve_args  # noqa: E402
 from fitness.family import load_family  # noqa: E402
 from fitness.guarded import GuardedBuffer, guards_problem  # noqa: E402
 from fitness.jobs import BENCH, CHECK, Job, TimingConfig  # noqa: E402
@@ -119,20 +119,25 @@ def check_stage(runner: Any, family: Any, genome: Any, cubin: bytes) -> dict[str
             "seconds": round(result.seconds, 1)}
 
 
-def audit_kernel(backend: Any, family: Any, genome: Any, kernel: Any, case: Any, inputs: Mapping[str, Any],
+def audit_kernel(backend: Any, family: Any, genome: Any, module: Any, case: Any, inputs: Mapping[str, Any],
                  refs: Mapping[str, Any]) -> dict[str, Any]:
-    """The genome's kernel once on the inputs, into poisoned guarded outputs: its error figures."""
+    """The genome's launches once on the inputs, in order (a split genome: kda_prep, then kda_rec;
+    fitness.device.as_launches), into poisoned guarded outputs and a poisoned guarded workspace
+    (family.workspace, as the judge gives it): its error figures."""
     xp = backend.xp
-    launch = family.launch(genome, case)
-    backend.prepare_kernel(kernel, launch)
     _, outs = family.io(case)
     bufs = {n: GuardedBuffer(xp, s) for n, s in outs.items()}
-    for b in bufs.values():
+    scratch = {n: GuardedBuffer(xp, s) for n, s in (family.workspace(case) or {}).items()}
+    for b in [*bufs.values(), *scratch.values()]:
         b.poison()
-    backend.launch(kernel, launch, resolve_args(launch, {**inputs, **{n: b.data for n, b in bufs.items()}}))
+    arrays = {**inputs, **{n: b.data for n, b in bufs.items()}, **{n: b.data for n, b in scratch.items()}}
+    for launch in as_launches(family.launch(genome, case)):
+        kernel = backend.get_kernel(module, launch.kernel)
+        backend.prepare_kernel(kernel, launch)
+        backend.launch(kernel, launch, resolve_args(launch, arrays))
     backend.synchronize(60.0)
     got = kda_lab.check(xp, case, family, {n: b.data for n, b in bufs.items()}, refs)
-    problem = guards_problem(bufs)
+    problem = guards_problem({**bufs, **scratch})
     if problem:
         got["ok"] = False
         got.setdefault("messages", []).append(problem)
@@ -354,9 +359,7 @@ def main(argv: list[str] | None = None, *, backend: Any = None, family: Any = No
             continue
         t0 = time.perf_counter()
         judged = {label: judge(runner, family, label, genomes[label], cubins[label], case, timing) for label in cubins}
-        bound = {label: (g, backend.get_kernel(module, family.launch(g, case).kernel))
-                 for label, (g, module) in kernels.items()}
-        audited = audit(backend, family, case, refs, bound, peers)
+        audited = audit(backend, family, case, refs, kernels, peers)
         row = scenario_row(case, judged, audited, peers)
         row["wall_s"] = round(time.perf_counter() - t0, 1)
         report["scenarios"].append(row)

@@ -316,13 +316,13 @@ class RMSNormOperation(KernelFamily):
             Baseline("torch", lambda: _has("torch"), _prepare_torch),
             Baseline("torch_compile", lambda: _has("torch") and _has("triton"), _prepare_torch_compile),
             Baseline("quack", lambda: _has("torch") and _has("quack"), _prepare_quack,
-                     needs="pip install quack-kernels and nvidia-cutlass-dsl with its -libs-base, -libs-core and -libs-cu13 wheels"),
+                     needs=_PEERS.QUACK_NEEDS),
             Baseline("quack_tuned", lambda: _has("torch") and _has("quack"), _prepare_quack_tuned,
-                     needs="pip install quack-kernels and nvidia-cutlass-dsl with its -libs-base, -libs-core and -libs-cu13 wheels"),
+                     needs=_PEERS.QUACK_NEEDS),
             Baseline("liger", lambda: _has("torch") and _has("liger_kernel"), _prepare_liger,
-                     needs="pip install liger-kernel"),
+                     needs=_PEERS.LIGER_NEEDS),
             Baseline("int21", _PEERS.int21_available, _prepare_int21,
-                     needs="INT21's RMSNorm-H100 checkout in .peers/RMSNorm-H100 or EVO_INT21_ROOT (kernels/rmsnorm/peers.py)"),
+                     needs=_PEERS.INT21_NEEDS),
             Baseline("copy", lambda: _has("torch"), _prepare_copy, objective=False),
         ]
 

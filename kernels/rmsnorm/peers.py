@@ -19,6 +19,12 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _DEFAULT_ROOT = _PROJECT_ROOT / ".peers" / "RMSNorm-H100"
 
 
+#: what a machine needs for each peer of both RMSNorm families (fitness.family.Baseline.needs)
+QUACK_NEEDS = "pip install quack-kernels and nvidia-cutlass-dsl with its -libs-base, -libs-core and -libs-cu13 wheels"
+LIGER_NEEDS = "pip install liger-kernel"
+INT21_NEEDS = "INT21's RMSNorm-H100 checkout in .peers/RMSNorm-H100 or EVO_INT21_ROOT (kernels/rmsnorm/peers.py)"
+
+
 def int21_root() -> Path | None:
     """The INT21 checkout (a folder holding `rmsnorm/__init__.py`), or None when there is none."""
     root = Path(os.environ.get("EVO_INT21_ROOT") or _DEFAULT_ROOT)

@@ -257,11 +257,11 @@ class RMSNormBwdOperation(KernelFamily):
         return [
             Baseline("torch", lambda: _has("torch"), _prepare_torch),
             Baseline("quack", lambda: _has("torch") and _has("quack"), _prepare_quack,
-                     needs="pip install quack-kernels and nvidia-cutlass-dsl with its -libs-base, -libs-core and -libs-cu13 wheels"),
+                     needs=PEERS.QUACK_NEEDS),
             Baseline("liger", lambda: _has("torch") and _has("liger_kernel"), _prepare_liger,
-                     needs="pip install liger-kernel"),
+                     needs=PEERS.LIGER_NEEDS),
             Baseline("int21", PEERS.int21_available, _prepare_int21,
-                     needs="INT21's RMSNorm-H100 checkout in .peers/RMSNorm-H100 or EVO_INT21_ROOT (kernels/rmsnorm/peers.py)"),
+                     needs=PEERS.INT21_NEEDS),
             Baseline("roofline", lambda: _has("torch"), _prepare_roofline, objective=False),
         ]
 

@@ -2,7 +2,7 @@
 render -> nvcc -> static checks -> CHECK (every check case of the family: odd widths, 65543 rows,
 > 2**31 elements with sampled dx and full dw, eps and non-finite rows) -> BENCH beside torch and the
 roofline. Every reduction variant (partial rows + column-sum kernel, float atomics), rstd read and
-recomputed, the next-row prefetch and clusters must come out OK.
+recomputed, the next-row prefetch, clusters and (space v4) the async cluster exchange must come out OK.
 
 Some sample genomes hold rows of at most 1K columns (8-byte vectors, 128 threads, 2 vectors each):
 they are judged with an `unsupported_speedup` (as the experiment judges them), so a case they cannot
@@ -84,6 +84,32 @@ def test_every_reduction_variant_passes_the_judge_bf16(tmp_path):
     assert {g["staging"] for g in genomes} == {"regs", "smem_async"}
     assert {g["row_schedule"] for g in genomes} == {"static", "dynamic"} and {g["dw_acc"] for g in genomes} == {"regs", "smem"}
     assert {3, 4} <= {g["stages"] for g in genomes}
+    _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")
+
+
+def test_async_cluster_exchange_passes_the_judge_bf16(tmp_path):
+    """Space v4's cluster_exchange = async (st.async + mbarrier, two slot parities, no cluster
+    barrier in the row loop) through the judge: the two narrow v4 extremes run the smoke matrix's
+    1024 x 8192 and CHECK's 549430 x 4104 clustered, tens to thousands of row groups a cluster (so
+    every parity and barrier phase is reused many times; one with atomics, rstd recomputed and
+    register staging, one with a dynamic schedule, a ring of 4 and dw in shared memory), and the
+    seeds file's 512 x 4 cluster of 16 runs CHECK's wide rows (7 x 16392 .. 7 x 196608) in 16 slices.
+    A wrong parity, phase or byte count shows as a wrong dx or dw, or as a hang (the timeout)."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    _gpu_or_skip()
+    family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
+    fam = sys.modules["_kernels_rmsnorm_bwd_family"]
+    from genomes import load_space  # noqa: PLC0415
+    space = load_space("rmsnorm_bwd")
+    seeds = json.loads((Path(__file__).resolve().parent.parent / "experiments" / "seeds"
+                        / "rmsnorm_bwd_v4.json").read_text())["genomes"]
+    genomes = [g for g in fam.sample_genomes(0) if g["cluster_exchange"] == "async"]
+    genomes += [space.make(next(s["genome"] for s in seeds if s["name"] == "async_1sm_512x4_c16"))]
+    assert len(genomes) == 3 and {g["row_schedule"] for g in genomes} == {"static", "dynamic"}
+    case = family.make_case(1024, 8192, "bf16")
+    assert all(family.geometry(g, case).cluster > 1 for g in genomes[:2])
     _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")
 
 

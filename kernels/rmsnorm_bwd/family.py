@@ -8,6 +8,7 @@
 * `launch(genome, case)`: dw_reduce = partials: [main, bwd_dw_reduce]; atomic: [bwd_dw_zero, main];
   a clustered launch of a row_schedule = dynamic genome (space v3) starts with bwd_sched_init
   (the row-group counter, and dw for atomics) instead: [init, main, reduce] | [init, main].
+  cluster_exchange = async (space v4) changes only the clustered entry's code (BWD_XCHG_ASYNC).
   None when the genome cannot hold a row (one CTA, or its cluster, cannot cover the row with
   `chunks` vectors per thread).
 
@@ -206,6 +207,8 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         out["BWD_DW_SMEM"] = "1"
     if g.get("vector_loop", "unrolled") == "rolled":
         out["BWD_ROLLED"] = "1"
+    if g.get("cluster_exchange", "barrier") == "async":
+        out["BWD_XCHG_ASYNC"] = "1"
     return out
 
 
@@ -301,6 +304,8 @@ def promises(genome: Mapping[str, Any]) -> dict[str, Sequence[str]]:
         out["dw_atomics"] = ["REDG.E.ADD.F32"]
     if g["cluster"] > 1:
         out["cluster_barrier"] = ["UCGABAR_ARV"]
+    if g.get("cluster_exchange", "barrier") == "async":
+        out["cluster_async_exchange"] = ["STAS"]
     if g.get("row_schedule", "static") == "dynamic":
         out["cluster_row_counter"] = ["ATOMG.E.ADD"]
     if g.get("dw_acc", "regs") == "smem":
@@ -382,6 +387,15 @@ EXTREMES: tuple[dict[str, Any], ...] = (
          ctas_per_sm=2, min_blocks=2, dw_acc="smem", weight_regs=True),
     dict(DEFAULT, staging="smem_async", load_cache="default", stages=1, cta_threads=1024, chunks=4, cluster=16,
          ctas_per_sm=1, row_schedule="dynamic", dw_acc="smem", vector_loop="rolled", store_cache="cs"),
+    # v4: the async exchange (st.async + mbarrier), in narrow CTAs so that rows of 4K-8K already run
+    # clustered, many row groups a cluster (the smoke matrix's 1024 x 8192, CHECK's 549430 x 4104):
+    # register staging in static clusters of 4 with atomics and rstd recomputed (two sums a slot),
+    # and a dynamic cluster of 16 with a ring of 4 and dw in shared memory (the group index rides on
+    # the same barrier)
+    dict(DEFAULT, cta_threads=128, chunks=2, cluster=4, ctas_per_sm=4, cluster_exchange="async", dw_reduce="atomic",
+         reduce_cols=128, reduce_threads=256, rstd_mode="recompute"),
+    dict(DEFAULT, staging="smem_async", load_cache="default", stages=4, cta_threads=128, chunks=1, cluster=16,
+         ctas_per_sm=4, row_schedule="dynamic", dw_acc="smem", store_cache="cs", cluster_exchange="async"),
 )
 
 

@@ -20,6 +20,8 @@
 //   BWD_RECOMPUTE (rstd from x)  BWD_DW_ATOMIC
 //   BWD_STAGING 0 registers | 1 cp.async into shared memory (space v2; BWD_CPASYNC its qualifiers)
 //   BWD_SCHED_DYNAMIC (space v3): clustered entries take their row groups from a counter (below)
+//   BWD_XCHG_ASYNC (space v4): the clustered row exchange by st.async + mbarrier (row_reduce_async:
+//   no __syncthreads, no barrier.cluster, hence no MEMBAR.ALL.GPU / CCTL.IVALL, per row group)
 //   BWD_DW_SMEM (space v3): the dw accumulators in dynamic shared memory (after the staging ring)
 //   BWD_ROLLED (space v3): the two passes loop over a thread's vectors without unrolling (needs
 //   BWD_DW_SMEM, BWD_STAGING and no weight in registers: nothing indexed by the vector is a register)
@@ -42,6 +44,9 @@
 #endif
 #ifndef BWD_ROLLED
 #define BWD_ROLLED 0           // space v3: 1 = the passes' vector loops rolled (one vector live)
+#endif
+#ifndef BWD_XCHG_ASYNC
+#define BWD_XCHG_ASYNC 0       // space v4: 1 = clustered row sums exchanged by st.async + mbarrier
 #endif
 #if BWD_ROLLED && !(BWD_DW_SMEM && BWD_STAGING && !BWD_WEIGHT_REGS)
 #error "rolled vector loops need dw in shared memory, shared-memory staging and the weight re-read"
@@ -303,6 +308,98 @@ __device__ __forceinline__ void row_reduce(float* v, int tpr, int par, float (*r
   }
 }
 
+#if BWD_XCHG_ASYNC
+// ---------------------------------------------------------------------------------------------
+// The clustered row exchange without a cluster barrier (space v4). barrier.cluster.arrive.release
+// compiles to MEMBAR.ALL.GPU + UCGABAR_ARV, and wait.acquire to UCGABAR_WAIT + CCTL.IVALL: every
+// row group waited until the thread's dx stores of the previous group were acknowledged by L2 and
+// until every CTA of the cluster had arrived, then dropped L1. Here every warp pushes its row sums
+// into slot [par][row][src rank][warp of the row] of every CTA of the cluster with
+// st.async ... mbarrier::complete_tx (SASS STAS), and waits (SYNCS try_wait) on its own CTA's
+// barrier xbar[par], which thread (0, 0) arms with the bytes that call brings (C CTAs x all warps x
+// NV floats, + 4 for the dynamic schedule's group index). No fence and no CTA barrier: a warp
+// waits only for the sums it needs.
+// Reuse of slot parity par (calls it and it + 2): a CTA's call it + 2 sends wait for its call
+// it + 1 completion, which needs the call it + 1 sends of every warp of the cluster, each issued
+// after that warp read (and used) its call it values, so nothing is overwritten before it is read;
+// and a barrier phase cannot complete twice under a waiting warp (it + 2 needs that warp's sends).
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned done = 0;
+  do {
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}" : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+// v into the same-offset slot of CTA `rank`, counted by that CTA's barrier at bar's offset
+__device__ __forceinline__ void st_async_f32(const float* slot, unsigned rank, float v, const uint64_t* bar) {
+  unsigned d, b;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"((unsigned)__cvta_generic_to_shared(slot)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(b) : "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" :: "r"(d), "f"(v), "r"(b)
+               : "memory");
+}
+__device__ __forceinline__ void st_async_s32(const int* slot, unsigned rank, int v, const uint64_t* bar) {
+  unsigned d, b;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"((unsigned)__cvta_generic_to_shared(slot)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(b) : "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.s32 [%0], %1, [%2];" :: "r"(d), "r"(v), "r"(b)
+               : "memory");
+}
+
+// The row sums of call `it` (the visit count) over the cluster; clustered rows are whole warps
+// (tpr >= 32, geometry()), so a warp belongs to one row. xch holds 2 x R x C x (tpr / 32) x NV
+// floats. Each warp sums the row's C x wpr slots the same way (lane l takes l, l + 32, ..., then a
+// shuffle tree), so every CTA gets the same sums bit for bit.
+template <int C>
+__device__ __forceinline__ void row_reduce_async(float* v, int tpr, int it, float* xch, uint64_t* xbar,
+                                                 int* xg = nullptr, int nxt = 0, int* got = nullptr) {
+  const int par = it & 1;
+  const unsigned ph = (unsigned)((it >> 1) & 1);
+  const int lane = threadIdx.x & 31, wr = threadIdx.x >> 5, wpr = tpr >> 5, R = blockDim.y;
+  const unsigned me = cluster_rank();
+#pragma unroll
+  for (int i = 0; i < BWD_NV; ++i)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v[i] += __shfl_xor_sync(BWD_FULL, v[i], o);
+  if (threadIdx.x == 0 && threadIdx.y == 0)
+    mbar_expect(xbar + par, (unsigned)(C * R * wpr * BWD_NV * 4) + (xg != nullptr ? 4u : 0u));
+  float* const rowx = xch + (size_t)(par * R + threadIdx.y) * C * wpr * BWD_NV;
+  if (lane < C) {
+#pragma unroll
+    for (int i = 0; i < BWD_NV; ++i) st_async_f32(rowx + ((int)me * wpr + wr) * BWD_NV + i, (unsigned)lane, v[i], xbar + par);
+  }
+#if BWD_SCHED_DYNAMIC
+  if (xg != nullptr && me == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    for (int dst = 0; dst < C; ++dst) st_async_s32(xg + par, (unsigned)dst, nxt, xbar + par);
+  }
+#endif
+  mbar_wait(xbar + par, ph);
+#if BWD_SCHED_DYNAMIC
+  if (xg != nullptr) *got = xg[par];
+#endif
+#pragma unroll
+  for (int i = 0; i < BWD_NV; ++i) {
+    float s = 0.f;
+    for (int q = lane; q < C * wpr; q += 32) s += rowx[q * BWD_NV + i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(BWD_FULL, s, o);
+    v[i] = s;
+  }
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // the main kernel: dx for every row, one dw row per CTA (cluster)
 template <typename T, int C>
@@ -400,6 +497,19 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   // row exchange, so a cluster that starts late (when the GPCs hold fewer clusters than the grid)
   // finds fewer groups instead of running a second wave.
   constexpr int S = BWD_STAGES;
+#if BWD_XCHG_ASYNC
+  // the exchange's two barriers (one per slot parity), initialised before any peer may send
+  __shared__ __align__(8) uint64_t xbar[2];
+  if constexpr (C > 1) {
+    if (tx == 0 && ty == 0) {
+      mbar_init(xbar, 1);
+      mbar_init(xbar + 1, 1);
+      mbar_init_fence();
+    }
+    cluster_sync();                              // once per kernel, outside the row loop
+  }
+  int it = 0;                                    // visits so far: slot parity and barrier phase
+#endif
   int gq[S];
   float rq[S];
 #pragma unroll
@@ -542,11 +652,22 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
       }
     }
     int got = 0;
+#if BWD_XCHG_ASYNC
+    if constexpr (C > 1) {
 #if BWD_SCHED_DYNAMIC
-    row_reduce<C>(s, tpr, par, red, xch, dyn ? xg : nullptr, nxt, &got);
+      row_reduce_async<C>(s, tpr, it, xch, xbar, dyn ? xg : nullptr, nxt, &got);
 #else
-    row_reduce<C>(s, tpr, par, red, xch);
+      row_reduce_async<C>(s, tpr, it, xch, xbar);
 #endif
+    } else
+#endif
+    {
+#if BWD_SCHED_DYNAMIC
+      row_reduce<C>(s, tpr, par, red, xch, dyn ? xg : nullptr, nxt, &got);
+#else
+      row_reduce<C>(s, tpr, par, red, xch);
+#endif
+    }
 #if BWD_RECOMPUTE
     const float r = rsqrtf(fmaf(s[1], inv_n, eps));
 #else
@@ -613,6 +734,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
     sb = sb + 1 == S ? 0 : sb + 1;
 #endif
     par ^= 1;
+#if BWD_XCHG_ASYNC
+    ++it;
+#endif
   }
 #undef BWD_FETCH
 #undef BWD_CTR

@@ -403,6 +403,11 @@ def test_seeds_file_v4_holds_todays_winners_and_the_async_genomes():
         assert hit and all(FAMILY.geometry(g, c) is not None and FAMILY.geometry(g, c).cluster > 1 for c in hit), s["name"]
     widest = max(_widths(s["for_widths"])[1] for s in new)
     assert widest == 262144
+    # the A/B probe file: the async seeds and two barrier twins, copied from this file (same keys)
+    probe = _seeds(SEEDS_V4.with_name("rmsnorm_bwd_v4_async_probe.json"))
+    assert {s["key"] for s in probe} <= {s["key"] for s in seeds} and {s["key"] for s in new} <= {s["key"] for s in probe}
+    barrier = [SPACE.make(s["genome"]) for s in probe if s["genome"]["cluster_exchange"] == "barrier"]
+    assert barrier and all(SPACE.make(dict(g, cluster_exchange="async")).key in {s["key"] for s in new} for g in barrier)
 
 
 def _exchange_run(C: int, W: int, calls: int, parities: int, dyn: bool, rng: random.Random) -> str | None:

@@ -4,7 +4,7 @@
 # PEERS = .peers/RMSNorm-H100 .peers/int21_ext.tgz .snap: carried in EVERY call (an ignored folder a
 # call does not carry is gone from the machine in that call: session 12 lost INT21 that way for
 # two calls); a step stops at once (exit 4) when INT21, or in step c QuACK, cannot be imported.
-#   STEP=a [.whl .whlq1 + PEERS]: INT21 restored (or built),
+#   STEP=a [.whl .whlq1 + PEERS] (PROBE=seeds.json: those genomes through bwd_probe.py first, PROBE_S): INT21 restored (or built),
 #          the family's GPU tests, where the judge's CHECK time goes, the search started (SEARCH_S)
 #   STEP=b [.whlq2 + PEERS]: the search resumed for SEARCH_S more seconds
 #   STEP=c [.whlq3 + PEERS]: QuACK installed; the run dumped, its dispatch table, and the final table of
@@ -33,6 +33,11 @@ a)
     timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_rmsnorm_bwd_gpu.py -s \
         -k bf16 > "$OUT/bwd_gpu.log" 2>&1
     echo "backward GPU tests rc=$?"; grep -E "passed|failed|TB/s|Error" "$OUT/bwd_gpu.log" | cut -c1-300 | tail -30
+    if [ -n "${PROBE:-}" ]; then     # a seeds file judged on the bf16 cases beside INT21 and the roofline
+        timeout "${PROBE_S:-200}" python3 experiments/device/bwd_probe.py --dtype bf16 --random 0 --no-defaults \
+            --seeds "$PROBE" --out "$OUT/probe.json" > "$OUT/probe.log" 2>&1
+        echo "probe rc=$?"; grep -E "^== |roofline" "$OUT/probe.log" | cut -c1-200 | tail -40
+    fi
     if [ "${PROFILE_S:-100}" -gt 0 ]; then
         timeout "${PROFILE_S:-100}" python3 experiments/scripts/profile_judge.py --reps 20 --check-per-case \
             > "$OUT/profile.txt" 2>&1

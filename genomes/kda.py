@@ -1,6 +1,6 @@
 """Gene space of the KDA forward family (kernels/kda/template.cu): v1 the first template's settings,
 v2 adds the order in which the CTAs take the sequences, v3 the split into a chunk-parallel kernel
-and the recurrence.
+and the recurrence, v4 the recurrence's split over V (CTAs per head and sequence).
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -13,6 +13,7 @@ TMA, pipeline depth, warp specialisation, CTAs per sequence, fused vs two kernel
 
 from __future__ import annotations
 
+from genomes.constraints import implies, require
 from genomes.genes import Choice, Flag
 from genomes.space import GeneSpace
 
@@ -47,14 +48,34 @@ KERNELS = Choice("kernels", options=("fused", "split"), group="structure", legac
                      "kda_prep over every (chunk, head) writes the chunk's operands to a workspace, then "
                      "kda_rec runs the recurrence alone (same arithmetic, same roundings); v3")
 SPACE_V3 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V2.genes + (KERNELS,))
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3}
-SPACE = SPACE_V3
+#: v4 (session 12's "what is left for 1.3x"): the split pair's recurrence over s CTAs per (head,
+#: sequence), each on V / s columns of the state (the delta rule is independent per V column; the
+#: chunk records are shared). Each CTA still walks every chunk, so it pays where one (head,
+#: sequence) per SM leaves SMs idle (fixed/H64: 64 -> 128 CTAs) or a chunk's P8 is issue-bound
+#: (V / (16 s) warps per CTA instead of 8), and where smaller CTAs fit more chains per SM
+#: (kernels/kda/README.md "The V split"). Legacy 1: v3's kernel.
+REC_V_SPLIT = Choice("rec_v_split", options=(1, 2, 4), group="geometry", legacy=1,
+                     doc="kda_rec CTAs per (head, sequence): 1 | 2, 4: each on V / s columns of the state with "
+                         "V / (16 s) warps (kernels = split only); v4")
+#: V of the template (K = V = 128; family.launch refuses other shapes): a slice is whole m16 tiles
+V_DIM = 128
+V4_CONSTRAINTS = (
+    implies("v_split_needs_split_kernels", ("rec_v_split", "kernels"), lambda v: v["rec_v_split"] > 1,
+            lambda v: v["kernels"] == "split", "only kda_rec (kernels = split) has V slices; the fused kernel's "
+            "chunk work would be repeated per slice"),
+    require("v_split_whole_tiles", ("rec_v_split",),
+            lambda v: V_DIM % v["rec_v_split"] == 0 and (V_DIM // v["rec_v_split"]) % 16 == 0,
+            "V / rec_v_split must be a multiple of 16 (one warp's m16n8k16 rows of S^T)"),
+)
+SPACE_V4 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V3.genes + (REC_V_SPLIT,), constraints=V4_CONSTRAINTS)
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4}
+SPACE = SPACE_V4
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
 #: launch order, fused (its key is v1's: `order` and `kernels` are at their legacy values)
 DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index",
-                          kernels="fused"))
+                          kernels="fused", rec_v_split=1))
 
 #: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
 #: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
@@ -67,6 +88,12 @@ NAMED = {
     # v3: the split pair with all-bf16's and DEFAULT's arithmetic (each equal to its fused twin's)
     "split-bf16": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split")),
     "split": SPACE.make(dict(DEFAULT, kernels="split")),
+    # v4: split-bf16's recurrence over 2 and 4 CTAs per (head, sequence) (outputs equal split-bf16's)
+    "split-bf16-v2": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
+                                     rec_v_split=2)),
+    "split-bf16-v4": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
+                                     rec_v_split=4)),
 }
 
-__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3"]
+__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3",
+           "SPACE_V4"]

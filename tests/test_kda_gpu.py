@@ -123,6 +123,16 @@ def test_split_pair_passes_the_judge_on_check_and_smoke_cases(tmp_path, cp):
     _assert_all_ok(genomes, _judge(genomes, "smoke", tmp_path, baselines=("flashkda",)))
 
 
+def test_v_split_passes_the_judge_on_check_and_smoke_cases(tmp_path, cp):
+    """v4's rec_v_split = 2 (kda_rec as 2 CTAs of 4 warps per (head, sequence), each on 64 V
+    columns) through the whole judge: CHECK (every slot and gap case, bf16 state, kv layout: the
+    slices' offsets into o and the final state in both layouts) and BENCH on the smoke matrix."""
+    from genomes.kda import NAMED
+
+    genomes = [NAMED["split-bf16-v2"]]
+    _assert_all_ok(genomes, _judge(genomes, "smoke", tmp_path, baselines=("flashkda",)))
+
+
 def _run_genome(backend, genome, case, dev, module):
     """One launch sequence of `genome` on device inputs `dev`: its outputs (host arrays), outputs
     and workspace poisoned first."""
@@ -176,6 +186,39 @@ def test_split_pair_equals_its_fused_twin(tmp_path, cp, precision):
             differ = int((x != b[name]).sum())
             rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
             print(precision, case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
+            assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
+
+
+@pytest.mark.parametrize("s", [2, 4])
+def test_v_split_equals_split_bf16(tmp_path, cp, s):
+    """Each V slice's warps run s = 1's P8 code on the same record and the same v columns, so
+    split-bf16-v{s}'s o and final state should equal split-bf16's bit for bit (asserted as the
+    fused twin's test: at most 1 element in 10^4 differs, difference rel RMS < 1e-3; a wrong
+    slice offset moves whole 16-column blocks by O(1))."""
+    from fitness.compile import Compiler
+    from fitness.cuda_backend import CupyBackend
+    from genomes.kda import NAMED
+
+    base, sliced = NAMED["split-bf16"], NAMED[f"split-bf16-v{s}"]
+    backend = CupyBackend()
+    modules = {}
+    for g in (base, sliced):
+        res = Compiler(tmp_path / "compile").compile(FAMILY.render(g), FAMILY.compile_flags(g))
+        assert res.ok, res.log[-2000:]
+        modules[g.key] = backend.load(res.cubin())
+    other = [c for c in FAMILY.check_cases() if c.params["state"] == "bf16" or c.params["layout"] == "kv"]
+    cases = FAMILY.benchmark_cases("smoke")[1:2] + FAMILY.check_cases()[:4] + other[:2]   # both state layouts
+    assert {c.params["layout"] for c in cases} == {"vk", "kv"}
+    for i, case in enumerate(cases):
+        dev = FAMILY.make_inputs(case, cp.random.RandomState(500 + i), FAMILY.distributions[i % 2], xp=cp)
+        a = _run_genome(backend, sliced, case, dev, modules[sliced.key])
+        b = _run_genome(backend, base, case, dev, modules[base.key])
+        for name, x in a.items():
+            dt = dtypes.canonical(FAMILY.io(case)[1][name].dtype)
+            xa, xb = dtypes.to_float64(x, dt), dtypes.to_float64(b[name], dt)
+            differ = int((x != b[name]).sum())
+            rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
+            print(f"v{s}", case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
             assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
 
 

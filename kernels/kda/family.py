@@ -17,6 +17,10 @@ CTA per workspace slot and head: the chunk's own work, written to its record) th
 `kda_rec_<state>` (grid (H, N): the recurrence alone), both given the fused kernel's parameters
 plus the workspace `kda_ws` (`workspace(case)`, sized for the largest record so it does not depend
 on the genome). launch() returns the two in order; the judge times them as one.
+
+`rec_v_split = s` (v4, split only) runs kda_rec as s CTAs per (head, sequence), each on V / s
+columns of the state with V / (16 s) warps: grid (H s, N), block 256 / s threads, blockIdx.x =
+h s + slice (the slices of one head adjacent, so they read its records about together).
 """
 
 from __future__ import annotations
@@ -74,12 +78,26 @@ def rec_bytes(genome: Mapping[str, Any]) -> int:
 MAX_REC_BYTES = rec_bytes({"split_w": True, "split_intra": True})
 
 
+def rec_v_split(genome: Mapping[str, Any]) -> int:
+    """CTAs per (head, sequence) of kda_rec (gene rec_v_split, v4; 1 before it)."""
+    return int(dict(genome).get("rec_v_split", 1))
+
+
+def rec_threads(genome: Mapping[str, Any]) -> int:
+    """kda_rec's block: one warp per 16 of its V / s columns (template.cu's KDA_REC_THREADS)."""
+    s = rec_v_split(genome)
+    if _D % s or (_D // s) % 16:
+        raise ValueError(f"rec_v_split={s}: V / s must be a multiple of 16 (one m16 tile per warp), V = {_D}")
+    return _D // s // 16 * 32
+
+
 def rec_smem_bytes(genome: Mapping[str, Any]) -> int:
-    """Bytes of template.cu's KdaRecSmem (kda_rec): REC_STAGES stages of v and a record (padded
-    rows), two output tiles."""
+    """Bytes of template.cu's KdaRecSmem (kda_rec): REC_STAGES stages of the v slice and a record
+    (padded rows), two output slice tiles; a slice row is V / s + 8 bf16 (KDA_REC_VROW)."""
     nw, ni = _tiles(genome)
-    stage = (2 + 2 * nw) * _TILE + 2 * ni * _CHUNK * _ROW16 * 2 + _D * 4
-    return REC_STAGES * stage + 2 * _TILE
+    slice_tile = _CHUNK * (_D // rec_v_split(genome) + 8) * 2
+    stage = (1 + 2 * nw) * _TILE + slice_tile + 2 * ni * _CHUNK * _ROW16 * 2 + _D * 4
+    return REC_STAGES * stage + 2 * slice_tile
 
 
 def workspace_slots(T: int, N: int) -> int:
@@ -98,7 +116,8 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
             "KDA_SPLIT_W": str(int(g["split_w"])), "KDA_SPLIT_INTRA": str(int(g["split_intra"])),
             "KDA_ORDER_LONGEST": str(int(dict(g).get("order", "index") == "longest_first")),
             "KDA_SMEM_BYTES": str(smem_bytes(g)), "KDA_PREP_SMEM_BYTES": str(prep_smem_bytes(g)),
-            "KDA_REC_SMEM_BYTES": str(rec_smem_bytes(g)), "KDA_REC_BYTES_HOST": str(rec_bytes(g))}
+            "KDA_REC_SMEM_BYTES": str(rec_smem_bytes(g)), "KDA_REC_BYTES_HOST": str(rec_bytes(g)),
+            "KDA_REC_V_SPLIT": str(rec_v_split(g))}
 
 
 class KDAFamily(op.KDAOperation):
@@ -129,7 +148,8 @@ class KDAFamily(op.KDAOperation):
         args = self.kernel_args(case) + (WORKSPACE,)
         prep = Launch(kernel=PREP_ENTRY, grid=(workspace_slots(sum(lens), len(lens)), H, 1), block=(THREADS, 1, 1),
                       args=args, shared_bytes=prep_smem_bytes(genome))
-        rec = Launch(kernel=REC_ENTRIES[p["state"]][0], grid=(H, len(lens), 1), block=(THREADS, 1, 1),
+        s = rec_v_split(genome)
+        rec = Launch(kernel=REC_ENTRIES[p["state"]][0], grid=(H * s, len(lens), 1), block=(rec_threads(genome), 1, 1),
                      args=args, shared_bytes=rec_smem_bytes(genome))
         return prep, rec
 

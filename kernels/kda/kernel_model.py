@@ -102,18 +102,76 @@ def sequence_order(lens, order: str = "index", max_n: int = 1024) -> list[int]:
     return sorted(range(len(lens)), key=lambda i: (-lens[i], i))
 
 
-def wave_makespan(lens, H: int, order: str = "index", sms: int = 132) -> int:
-    """Token-steps on the busiest SM when the CTAs of grid (H, N) start in linear order (head
-    fastest) on whichever of `sms` SMs frees first, one CTA per SM, each costing its sequence's
-    length: list scheduling. Its lower bound is max(longest sequence, total tokens x H / sms)."""
+def wave_makespan(lens, H: int, order: str = "index", sms: int = 132, split_v: int = 1, per_sm: int = 1) -> int:
+    """Token-steps on the busiest slot when the CTAs of grid (H x split_v, N) start in linear order
+    (head and V slice fastest) on whichever of `sms` x `per_sm` slots frees first (`per_sm` CTAs
+    resident per SM), each costing its sequence's length: list scheduling. Every V slice of a
+    (head, sequence) walks all of the sequence's chunks, so split_v multiplies the CTAs, not
+    shortens them. Its lower bound is max(longest sequence, total tokens x H x split_v / slots)."""
     import heapq  # noqa: PLC0415
 
-    free = [0] * int(sms)
+    free = [0] * (int(sms) * int(per_sm))
     for n in sequence_order(lens, order):
-        for _ in range(int(H)):
+        for _ in range(int(H) * int(split_v)):
             t = heapq.heappop(free)
             heapq.heappush(free, t + int(lens[n]))
     return max(free)
+
+
+def rec_grid(lens, H: int, split_v: int = 1, order: str = "index") -> list[tuple[int, int, int]]:
+    """(head, V slice, sequence) of every kda_rec CTA in linear launch order (blockIdx.x = h s +
+    slice fastest, then blockIdx.y's sequence in `order`): the specification of template.cu's
+    kda_rec_body (h = blockIdx.x / s, slice = blockIdx.x % s, sequence = kda_sequence_of(y))."""
+    seqs = sequence_order(lens, order)
+    return [(x // split_v, x % split_v, seqs[y]) for y in range(len(lens)) for x in range(int(H) * int(split_v))]
+
+
+#: the H200's per-SM limits (sm_90): registers, shared memory (228 KB, 1 KB reserved per CTA), warps
+SM_REGISTERS, SM_SHARED_BYTES, SM_CTA_RESERVED_BYTES, SM_WARPS, SMS = 65536, 233472, 1024, 64, 132
+
+
+def resident_ctas(threads: int, registers: int, shared_bytes: int) -> int:
+    """CTAs of one kernel an SM holds at once: registers (per warp, in units of 256 = 8 a thread),
+    shared memory (plus the 1 KB the runtime reserves per CTA) and warps, whichever binds first."""
+    warps = -(-int(threads) // 32)
+    regs_per_warp = -(-int(registers) // 8) * 8 * 32
+    by_regs = SM_REGISTERS // (regs_per_warp * warps)
+    by_smem = SM_SHARED_BYTES // (int(shared_bytes) + SM_CTA_RESERVED_BYTES)
+    return max(0, min(by_regs, by_smem, SM_WARPS // warps))
+
+
+#: kda_rec_bf16's chunk loop per warp (nvcc 13.0, sm_90a SASS, every branch taken; kernels/kda/README.md
+#: "The V split"): instructions and HMMA.16816 for rec_v_split = 1, 2, 4. The P8 part is the same
+#: code for every s (221-233 instructions, 52 HMMA); the loads grow with s (5, 8, 15 LDGSTS a thread:
+#: every CTA loads the whole record with 256 / s threads).
+REC_LOOP_SASS = {1: (347, 52), 2: (350, 52), 4: (393, 52)}
+#: cycles of an SM sub-partition per HMMA.16816.F32.BF16 at mma.sync's rate on Hopper (~500 dense
+#: TFLOP/s at 132 SMs x 4 SMSPs x ~1.8 GHz: ~8 cycles)
+HMMA_CYCLES = 8
+CLOCK_GHZ = 1.98
+
+
+def rec_chunk_us(t_lat_us: float, warps_per_sm: int, split_v: int = 1) -> float:
+    """kda_rec's time per chunk on an SM holding `warps_per_sm` of its warps: the larger of the
+    latency floor `t_lat_us` (one warp's dependent chain through P8 and the barrier: the same
+    code for every s, so the same floor) and the busiest SM sub-partition's issue time, its warps
+    (warps_per_sm / 4, rounded up) times max(loop instructions, HMMA x HMMA_CYCLES) each."""
+    ins, hmma = REC_LOOP_SASS[int(split_v)]
+    issue_us = -(-int(warps_per_sm) // 4) * max(ins, hmma * HMMA_CYCLES) / (CLOCK_GHZ * 1000.0)
+    return max(float(t_lat_us), issue_us)
+
+
+def split_time_ms(lens, H: int, t_lat_us: float, k1_ms: float, *, split_v: int = 1, resident: int = 1,
+                  order: str = "index") -> float:
+    """The split pair's modelled time: kda_prep (`k1_ms`, the same for every split_v) + the busiest
+    slot's chunks x kda_rec's time per chunk (rec_chunk_us). `resident`: kda_rec CTAs an SM holds
+    (resident_ctas of its registers and shared memory); a launch with fewer CTAs than that many
+    slots spreads them, min(resident, CTAs / SMs rounded up) per SM."""
+    ctas = int(H) * int(split_v) * len(lens)
+    per_sm = max(1, min(int(resident), -(-ctas // SMS)))
+    steps = wave_makespan(lens, H, order, SMS, split_v, per_sm)
+    t_chunk = rec_chunk_us(t_lat_us, per_sm * (8 // int(split_v)), split_v)
+    return k1_ms + steps / CHUNK * t_chunk / 1000.0
 
 
 def workspace_slots(lens) -> list[list[int]]:
@@ -128,4 +186,5 @@ def workspace_slots(lens) -> list[list[int]]:
     return out
 
 
-__all__ = ["CHUNK", "chunk_model", "sequence_order", "wave_makespan", "workspace_slots"]
+__all__ = ["CHUNK", "REC_LOOP_SASS", "chunk_model", "rec_chunk_us", "rec_grid", "resident_ctas", "sequence_order", "split_time_ms", "wave_makespan",
+           "workspace_slots"]

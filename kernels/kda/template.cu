@@ -48,7 +48,8 @@
 
 #if !defined(KDA_CHUNK) || !defined(KDA_SPLIT_S) || !defined(KDA_SPLIT_U) || !defined(KDA_SPLIT_W) || \
     !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES) || !defined(KDA_ORDER_LONGEST) ||              \
-    !defined(KDA_PREP_SMEM_BYTES) || !defined(KDA_REC_SMEM_BYTES) || !defined(KDA_REC_BYTES_HOST)
+    !defined(KDA_PREP_SMEM_BYTES) || !defined(KDA_REC_SMEM_BYTES) || !defined(KDA_REC_BYTES_HOST) ||          \
+    !defined(KDA_REC_V_SPLIT)
 #error "render the template through kernels/kda/family.py (settings are #defines)"
 #endif
 
@@ -344,8 +345,10 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
 
 // P8: warp `warp`'s rows of U^T, o^T (staged in `ot`) and the state S^T, from the chunk's v tile `vt`
 // and `sm`'s T, w, qd, Aqk, kr, decay (no barrier inside).
-template <class Ops>
-__device__ __forceinline__ void kda_chunk_state(const bf16_bits (*vt)[KDA_ROW], const Ops& sm, bf16_bits (*ot)[KDA_ROW],
+// `warp` and `vr` count within the tiles vt and ot (VROW elements a row: the fused kernel's whole V,
+// or kda_rec's slice of it); the state's own V rows are the caller's business.
+template <int VROW, class Ops>
+__device__ __forceinline__ void kda_chunk_state(const bf16_bits (*vt)[VROW], const Ops& sm, bf16_bits (*ot)[VROW],
                                                 float (&S)[16][4], int lane, int warp, int vr, int kc) {
     const int br = (lane >> 4) * 8 + (lane & 7), bk = ((lane >> 3) & 1) * 8;   // B from [n][k]
     // u^T = V^T T^T  (A = v^T: ldmatrix.trans of v [j][v]; B = T [c][j])
@@ -526,6 +529,15 @@ __device__ __forceinline__ void kda_fwd_body(
 // kernel, P8 only, each chunk's record and v tile loaded KDA_REC_STAGES - 1 chunks ahead by
 // cp.async, one barrier per chunk.
 //
+// V split (gene rec_v_split, v4: KDA_REC_V_SPLIT = s in {1, 2, 4}): the recurrence is independent
+// per column of V (S <- diag(e^g) S + k (beta (v - S^T k))^T and o = scale S^T q column by column;
+// the record's qd, w, kr, T, Aqk, decay are shared by every column), so kda_rec runs one CTA per
+// (head, sequence, V slice), grid (H s, N), blockIdx.x = h s + slice: V columns [v0, v0 + V / s),
+// V / (16 s) warps, each with the same 16 rows of S^T and the same P8 code as with s = 1 (the
+// m16n8k16 tiles along V are one warp's 16 rows: V / s must be a multiple of 16). Each CTA loads
+// the whole record and its slice of v, writes its slice of o and of the final state. s = 1 is the
+// kernel before the gene (same layout, same SASS).
+//
 // Slots: chunk c of sequence n is slot cu[n] / 16 + n + c. Distinct and below T / 16 + N:
 // with cu[n] = 16 p + r and len = 16 q + s (r, s < 16), sequence n's last slot + 1 is
 // p + n + q + (s > 0) <= (cu[n] + len) / 16 + n + 1, sequence n + 1's first. Gap slots (at most
@@ -543,6 +555,16 @@ __device__ __forceinline__ void kda_fwd_body(
 #define KDA_REC_BYTES (KDA_OFF_DECAY + KDA_D * 4)
 #define KDA_REC_STAGES 3
 #define KDA_PREP_MIN_BLOCKS 3            // CTAs per SM kda_prep is compiled for (85 registers)
+#define KDA_REC_VS (KDA_D / KDA_REC_V_SPLIT)   // V columns of one kda_rec CTA
+#define KDA_REC_VROW (KDA_REC_VS + 8)          // its padded v and o rows (KDA_ROW when s = 1)
+#define KDA_REC_WARPS (KDA_REC_VS / 16)        // one warp per 16 V rows of S^T
+#define KDA_REC_THREADS (KDA_REC_WARPS * 32)
+#define KDA_REC_PARTS (KDA_REC_VS / 8)         // 16-byte pieces of a v or o slice row
+#define KDA_REC_PARTS_LOG2 (KDA_REC_V_SPLIT == 1 ? 4 : KDA_REC_V_SPLIT == 2 ? 3 : 2)
+static_assert((1 << KDA_REC_PARTS_LOG2) == KDA_REC_PARTS, "rec_v_split is 1, 2 or 4");
+static_assert(KDA_D % KDA_REC_V_SPLIT == 0 && KDA_REC_VS % 16 == 0,
+              "kda_rec's V slice must be whole m16 tiles (16 V rows per warp)");
+static_assert(KDA_CHUNK * KDA_REC_PARTS == KDA_REC_THREADS, "one 16-byte piece of the v / o slice per thread");
 
 struct KdaPrepStage {                    // kda_prep's raw inputs (no v)
     bf16_bits q[KDA_CHUNK][KDA_ROW];
@@ -566,8 +588,8 @@ struct KdaPrepSmem {                     // KdaSmem less the second stage, v and
     float dt_bias[KDA_D];
     float rq[KDA_CHUNK], rk[KDA_CHUNK], beta[KDA_CHUNK];
 };
-struct KdaRecStage {                     // one chunk's record and v tile, as P8 reads them
-    bf16_bits v[KDA_CHUNK][KDA_ROW];
+struct KdaRecStage {                     // one chunk's record and v slice, as P8 reads them
+    bf16_bits v[KDA_CHUNK][KDA_REC_VROW];
     bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];
     bf16_bits w[KDA_NW][KDA_CHUNK][KDA_ROW];
     bf16_bits kr[KDA_CHUNK][KDA_ROW];
@@ -577,7 +599,7 @@ struct KdaRecStage {                     // one chunk's record and v tile, as P8
 };
 struct KdaRecSmem {
     KdaRecStage stage[KDA_REC_STAGES];
-    bf16_bits o[2][KDA_CHUNK][KDA_ROW];  // output staging, alternating chunks
+    bf16_bits o[2][KDA_CHUNK][KDA_REC_VROW];  // output staging (this CTA's V slice), alternating chunks
 };
 static_assert(sizeof(KdaPrepSmem) == KDA_PREP_SMEM_BYTES, "kernels/kda/family.py's kda_prep shared-memory size disagrees");
 static_assert(sizeof(KdaRecSmem) == KDA_REC_SMEM_BYTES, "kernels/kda/family.py's kda_rec shared-memory size disagrees");
@@ -596,6 +618,13 @@ __device__ __forceinline__ int kda_slot_sequence(const int* __restrict__ cu_seql
     return lo;
 }
 // <<< kda_slot_sequence
+
+// >>> kda_rec_slice (tests/test_kda_template.py compiles this function for the host)
+// kda_rec's head and first V column for grid column x = h s + slice (s = KDA_REC_V_SPLIT, the
+// slices of one head adjacent; kernel_model.rec_grid is its specification).
+__device__ __forceinline__ int kda_rec_head(unsigned x) { return (int)(x / KDA_REC_V_SPLIT); }
+__device__ __forceinline__ int kda_rec_v0(unsigned x) { return (int)(x % KDA_REC_V_SPLIT) * (KDA_D / KDA_REC_V_SPLIT); }
+// <<< kda_rec_slice
 
 // the 16-byte pieces of a record's small parts (T, Aqk, decay): piece i < KDA_SMALL_PIECES is at
 // record offset small_off(i) and at *small_smem(i) in a stage or prep buffer
@@ -682,17 +711,18 @@ __device__ __forceinline__ void kda_rec_body(
     KdaRecSmem& sm = *reinterpret_cast<KdaRecSmem*>(kda_smem_raw);
     __shared__ int kda_seq_slot;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = blockIdx.x, n = kda_sequence_of(cu_seqlens, N, blockIdx.y, tid, KDA_THREADS, &kda_seq_slot);
+    const int h = kda_rec_head(blockIdx.x), v0 = kda_rec_v0(blockIdx.x);
+    const int n = kda_sequence_of(cu_seqlens, N, blockIdx.y, tid, KDA_REC_THREADS, &kda_seq_slot);
     const int bos = cu_seqlens[n], eos = cu_seqlens[n + 1], nslots = T / KDA_CHUNK + N;
     const bool layout_kv = flags & 4;
-    const int vr = 16 * warp + (lane >> 2), kc = 2 * (lane & 3);
+    const int vr = 16 * warp + (lane >> 2), kc = 2 * (lane & 3);   // vr: within the slice (+ v0: of S^T)
     float S[16][4];
     const size_t sbase = ((size_t)n * H + h) * KDA_D * KDA_D;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int vv = vr + (e >> 1) * 8, kk = 8 * j + kc + (e & 1);
+            const int vv = v0 + vr + (e >> 1) * 8, kk = 8 * j + kc + (e & 1);
             const size_t off = layout_kv ? (size_t)kk * KDA_D + vv : (size_t)vv * KDA_D + kk;
             S[j][e] = h0 ? load_state(h0 + sbase + off) : 0.0f;
         }
@@ -701,27 +731,34 @@ __device__ __forceinline__ void kda_rec_body(
     const size_t row_stride = (size_t)H * KDA_D;
     const unsigned char* recs = ws + ((size_t)h * nslots + bos / KDA_CHUNK + n) * KDA_REC_BYTES;
 
-    auto load = [&](int c, int s) {                          // chunk c's record and v into stage s
-        const int t0 = bos + c * KDA_CHUNK;
-        const int r = tid >> 4, part = tid & 15, off = r * (KDA_D * 2) + part * 16;
-        const bool ok = t0 + r < eos;                        // v rows past the sequence: zero-filled
-        const size_t row = ok ? (size_t)(t0 + r) * row_stride + (size_t)h * KDA_D : 0;
+    auto load = [&](int c, int s) {                          // chunk c's record and v slice into stage s
+        const int t0 = bos + c * KDA_CHUNK, sr = tid >> KDA_REC_PARTS_LOG2, spart = tid & (KDA_REC_PARTS - 1);
+        const bool ok = t0 + sr < eos;                       // v rows past the sequence: zero-filled
+        const size_t row = ok ? (size_t)(t0 + sr) * row_stride + (size_t)h * KDA_D + v0 : 0;
         const unsigned char* rec = recs + (size_t)c * KDA_REC_BYTES;
         KdaRecStage& st = sm.stage[s];
-        cp_async16(&st.v[r][part * 8], v + row + part * 8, ok ? 16 : 0);
+        cp_async16(&st.v[sr][spart * 8], v + row + spart * 8, ok ? 16 : 0);
 #pragma unroll
-        for (int i = 0; i < KDA_NW; ++i) {
-            cp_async16(&st.qd[i][r][part * 8], rec + i * KDA_TILE_BYTES + off, 16);
-            cp_async16(&st.w[i][r][part * 8], rec + KDA_OFF_W + i * KDA_TILE_BYTES + off, 16);
+        for (int p = 0; p < KDA_REC_V_SPLIT; ++p) {         // the record's 16 x 16 pieces of each tile
+            const int e = tid + p * KDA_REC_THREADS, r = e >> 4, part = e & 15, off = r * (KDA_D * 2) + part * 16;
+#pragma unroll
+            for (int i = 0; i < KDA_NW; ++i) {
+                cp_async16(&st.qd[i][r][part * 8], rec + i * KDA_TILE_BYTES + off, 16);
+                cp_async16(&st.w[i][r][part * 8], rec + KDA_OFF_W + i * KDA_TILE_BYTES + off, 16);
+            }
+            cp_async16(&st.kr[r][part * 8], rec + KDA_OFF_KR + off, 16);
         }
-        cp_async16(&st.kr[r][part * 8], rec + KDA_OFF_KR + off, 16);
-        if (tid < KDA_SMALL_PIECES) cp_async16(kda_small_smem(st, tid), rec + kda_small_off(tid), 16);
+#pragma unroll
+        for (int p = 0; p < (KDA_SMALL_PIECES + KDA_REC_THREADS - 1) / KDA_REC_THREADS; ++p) {
+            const int e = tid + p * KDA_REC_THREADS;
+            if (e < KDA_SMALL_PIECES) cp_async16(kda_small_smem(st, e), rec + kda_small_off(e), 16);
+        }
     };
-    auto store_o = [&](int c, int buf) {                     // chunk c's output rows, 16 bytes per thread
-        const int t0 = bos + c * KDA_CHUNK, r = tid >> 4, part = tid & 15;
-        if (t0 + r < eos) {
-            const uint4 val = *reinterpret_cast<const uint4*>(&sm.o[buf][r][part * 8]);
-            *reinterpret_cast<uint4*>(o + (size_t)(t0 + r) * row_stride + (size_t)h * KDA_D + part * 8) = val;
+    auto store_o = [&](int c, int buf) {                     // chunk c's output slice, 16 bytes per thread
+        const int t0 = bos + c * KDA_CHUNK, sr = tid >> KDA_REC_PARTS_LOG2, spart = tid & (KDA_REC_PARTS - 1);
+        if (t0 + sr < eos) {
+            const uint4 val = *reinterpret_cast<const uint4*>(&sm.o[buf][sr][spart * 8]);
+            *reinterpret_cast<uint4*>(o + (size_t)(t0 + sr) * row_stride + (size_t)h * KDA_D + v0 + spart * 8) = val;
         }
     };
 
@@ -748,7 +785,7 @@ __device__ __forceinline__ void kda_rec_body(
         for (int j = 0; j < 16; ++j) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int vv = vr + (e >> 1) * 8, kk = 8 * j + kc + (e & 1);
+                const int vv = v0 + vr + (e >> 1) * 8, kk = 8 * j + kc + (e & 1);
                 const size_t off = layout_kv ? (size_t)kk * KDA_D + vv : (size_t)vv * KDA_D + kk;
                 store_state(ht + sbase + off, S[j][e]);
             }
@@ -774,7 +811,7 @@ __device__ __forceinline__ void kda_rec_body(
         kda_prep_body(q, k, g, beta, A_log, dt_bias, cu_seqlens, T, H, N, scale, lower_bound, flags, ws); \
     }
 #define KDA_REC_ENTRY(NAME, ST)                                                                          \
-    extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) NAME(                                   \
+    extern "C" __global__ void __launch_bounds__(KDA_REC_THREADS, 1) NAME(                                   \
         const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
         const float* A_log, const float* dt_bias, const int* cu_seqlens, const ST* h0, bf16_bits* o,     \
         ST* ht, int T, int H, int N, float scale, float lower_bound, int flags, const unsigned char* ws) { \

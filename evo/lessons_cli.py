@@ -206,7 +206,7 @@ def _plan(args) -> int:
 def cost_estimate(recording: str, cfg) -> dict:
     """GPU seconds per genome of a grid config, from a recorded run's per-candidate stage seconds:
     its CHECK time scaled by the check cases each judges (fitness.family.credited_check_cases: a
-    bf16-only slice checks the bf16 ones), its BENCH time scaled by the benchmark's bytes
+    slice benchmarked in one dispatch group checks that group's), its BENCH time scaled by the benchmark's bytes
     (the slice's cases over the recording's) and by reps (timed launches are most of BENCH); a
     first-order estimate for planning, not a measurement."""
     from evo.lesson_build import read_source

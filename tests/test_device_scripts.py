@@ -52,3 +52,23 @@ def test_quacks_autotune_cache_is_restored_from_the_repo_and_saved_to_out(tmp_pa
     assert saved == ["NEW/rmsnorm_fwd_tuned.autotune.json", "OLD/rmsnorm_fwd_tuned.autotune.json"]
     assert sorted(p.name for p in out.iterdir()) == ["quack_autotune.tgz"]   # one file: the device returns 8 at most
     assert (cache / "OLD" / "rmsnorm_fwd_tuned.autotune.json").read_text() == '{"old": 1}'
+
+
+def test_require_peers_ends_a_call_whose_peers_cannot_be_imported(tmp_path):
+    """Session 12 lost INT21's checkout for two calls and QuACK's libs-core wheel for all of them;
+    `require_peers` (device_lib.sh) says which peer is missing and why, and returns 4, so a call
+    stops before it records a search or a table without them."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash not found")
+    script = f"""
+        cd {REPO} && . experiments/device/device_lib.sh
+        export EVO_INT21_ROOT={tmp_path}/no-checkout PYTHONPATH={REPO}
+        require_peers json int21 no_such_peer_module; echo "rc=$?"
+        require_peers json; echo "rc=$?"
+    """
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    lines = res.stdout.splitlines()
+    assert lines[0] == "peer json: ok"
+    assert lines[1].startswith("peer int21: MISSING (RuntimeError: INT21's RMSNorm-H100 checkout is missing")
+    assert lines[2].startswith("peer no_such_peer_module: MISSING (ModuleNotFoundError")
+    assert lines[3:] == ["rc=4", "peer json: ok", "rc=0"], res.stdout + res.stderr

@@ -563,13 +563,7 @@ def _companion_readme(role: str, t: _Table, dispatch: Mapping[str, Any], pkg: st
         table = _table_from_records(t.entries, frames.run["baseline"])
         note = (f"Per-case figures recorded by the search (run {frames.run['run_id']}, family "
                 f"{t.family_name}) on {', '.join(devices) or '?'}: median of the judge's samples.")
-    head = [f.title for f in keys.exact] + ([f"{keys.ordered.title} range"] if keys.ordered is not None else [])
-    rows = ["| " + " | ".join([*head, "genome | measured |"]), "|" + "---|" * (len(head) + 2)]
-    for d in dispatch["entries"]:
-        e = DispatchEntry.from_dict(d, keys)
-        where = [*e.group, *([e.range_label] if keys.ordered is not None else [])]
-        rows.append("| " + " | ".join([*where, e.key]) + " | "
-                    f"{'yes' if d['measured'] else 'no (ranges of ' + d.get('ranges_from', '?') + ')'} |")
+    rows = _dispatch_rows(keys, dispatch)
     return f"""
 ## Measured: {role} ({t.family_name})
 
@@ -716,11 +710,9 @@ packages = [{packages}]
 """
 
 
-def _readme(pkg: str, family: str, frames: RunFrames, dispatch: Mapping[str, Any], table: str, note: str,
-            prov: Mapping[str, Any], usage: Mapping[str, str]) -> str:
-    """The package's README: the factory's frame (run, measured table, dispatch, files) around the
-    family's own parts (kernels/<family>/export/usage.md.tmpl and files.md.tmpl)."""
-    keys = frames.keys
+def _dispatch_rows(keys: Any, dispatch: Mapping[str, Any]) -> list[str]:
+    """The markdown rows of a package's dispatch table (a group and range per entry, its genome,
+    whether it was measured there), as both READMEs show it."""
     head = [f.title for f in keys.exact] + ([f"{keys.ordered.title} range"] if keys.ordered is not None else [])
     rows = ["| " + " | ".join([*head, "genome | measured |"]), "|" + "---|" * (len(head) + 2)]
     for d in dispatch["entries"]:
@@ -728,6 +720,15 @@ def _readme(pkg: str, family: str, frames: RunFrames, dispatch: Mapping[str, Any
         where = [*e.group, *([e.range_label] if keys.ordered is not None else [])]
         rows.append("| " + " | ".join([*where, e.key]) + " | "
                     f"{'yes' if d['measured'] else 'no (ranges of ' + d.get('ranges_from', '?') + ')'} |")
+    return rows
+
+
+def _readme(pkg: str, family: str, frames: RunFrames, dispatch: Mapping[str, Any], table: str, note: str,
+            prov: Mapping[str, Any], usage: Mapping[str, str]) -> str:
+    """The package's README: the factory's frame (run, measured table, dispatch, files) around the
+    family's own parts (kernels/<family>/export/usage.md.tmpl and files.md.tmpl)."""
+    keys = frames.keys
+    rows = _dispatch_rows(keys, dispatch)
     ordered = keys.ordered.title if keys.ordered is not None else ""
     groups = " and ".join(f.title for f in keys.exact) or "group"
     dispatch_note = (f"One genome per {scope(keys)} (the fastest verified genome at each measured {ordered or 'point'} "

@@ -55,6 +55,17 @@ def make_config(**sections):
     return from_dict(data)
 
 
+def have_nvcc() -> bool:
+    """Whether nvcc is on this machine (compile-heavy tests skip without it)."""
+    from fitness.toolchain import ToolchainError, find_nvcc
+
+    try:
+        find_nvcc()
+        return True
+    except ToolchainError:
+        return False
+
+
 def subprocess_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

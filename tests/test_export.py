@@ -22,7 +22,8 @@ from evo.dispatch import build_dispatch, lookup
 from fitness.family import KeyPoint
 from evo.export import ExportError, export_run
 from fitness.family import load_family
-from fitness.toolchain import find_nvcc, find_tool, ToolchainError
+from fitness.toolchain import find_tool
+from tests.conftest import have_nvcc
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = REPO / "results" / "rmsnorm_fwd_h200_run.json"
@@ -35,15 +36,7 @@ ODD_M = (1, 7, 199)
 ODD_N = (256, 520, 1000, 4104, 8200, 131072)
 
 
-def _have_nvcc() -> bool:
-    try:
-        find_nvcc()
-        return True
-    except ToolchainError:
-        return False
-
-
-needs_nvcc = pytest.mark.skipif(not _have_nvcc(), reason="needs nvcc")
+needs_nvcc = pytest.mark.skipif(not have_nvcc(), reason="needs nvcc")
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +46,7 @@ def compile_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory, compile_cache):
-    if not _have_nvcc():
+    if not have_nvcc():
         pytest.skip("needs nvcc")
     out = tmp_path_factory.mktemp("export") / "pkg"
     result = export_run(RUN, out, cache_dir=compile_cache, playoff=PLAYOFF)

@@ -30,7 +30,8 @@ from evo.dispatch import build_dispatch, entry_for
 from evo.export import ExportError, _with_blocks, export_run
 from fitness.family import load_family
 from fitness.records import read_json
-from fitness.toolchain import ToolchainError, find_nvcc, find_tool
+from fitness.toolchain import find_tool
+from tests.conftest import have_nvcc
 
 REPO = Path(__file__).resolve().parent.parent
 FWD = REPO / "results" / "rejudge" / "rejudge_run.json.gz"
@@ -39,15 +40,7 @@ ODD_M = (1, 7, 199)
 ODD_N = (8, 256, 520, 1000, 4104, 8200, 131072)
 
 
-def _have_nvcc() -> bool:
-    try:
-        find_nvcc()
-        return True
-    except ToolchainError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _have_nvcc(), reason="needs nvcc")
+pytestmark = pytest.mark.skipif(not have_nvcc(), reason="needs nvcc")
 
 
 @pytest.fixture(scope="module")

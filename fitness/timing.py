@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fitness import verify
+from fitness.cuda_errors import clear_pending_errors
 from fitness.guarded import GuardedBuffer, output_prints
 from fitness.records import Status
 
@@ -178,6 +179,7 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                     except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
                         if backend.cuda_status(exc) is not None:
                             raise
+                        clear_pending_errors()          # its error must not become the next call's
                         dropped[impl] = f"baseline {impl}: failed while timed: {type(exc).__name__}: {exc}"
                         continue
                 shield.record(impl, time.perf_counter() - t_host)

@@ -1,0 +1,96 @@
+"""fitness.cuda_errors: every mapped CUDA runtime's pending error is cleared, nothing is loaded anew,
+and nothing raises (the judge calls it after a baseline fails; see its docstring for why)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fitness.cuda_errors import clear_pending_errors, loaded_runtimes
+
+MAPS = [
+    "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6",
+    "7f10-7f11 r-xp 00000000 08:01 2 /venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13",
+    "7f11-7f12 r--p 00010000 08:01 2 /venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13",
+    "7f20-7f21 r-xp 00000000 08:01 3 /opt/cupy/lib/libcudart.so.13.0.88",
+    "7f30-7f31 r-xp 00000000 08:01 4 /opt/x/libcudart_static_helper.so",
+    "7f40-7f41 rw-p 00000000 00:00 0 ",
+    "7f50-7f51 r-xp 00000000 08:01 5 /usr/local/cuda/lib64/libcudart.so",
+]
+
+
+def test_loaded_runtimes_lists_each_shared_runtime_once():
+    assert loaded_runtimes(MAPS) == [
+        "/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13",
+        "/opt/cupy/lib/libcudart.so.13.0.88",
+        "/usr/local/cuda/lib64/libcudart.so",
+    ]
+
+
+class _Runtime:
+    """One runtime instance's last-error state, as cudaGetLastError treats it."""
+
+    def __init__(self, pending: int = 0):
+        self.pending = pending
+        self.calls = 0
+
+    def cudaGetLastError(self):  # noqa: N802 - the C name
+        self.calls += 1
+        code, self.pending = self.pending, 0
+        return code
+
+
+def test_every_runtime_is_cleared_and_the_cleared_errors_are_reported():
+    rts = {"a": _Runtime(1), "b": _Runtime(0), "c": _Runtime(719)}
+    assert clear_pending_errors(["a", "b", "c"], opener=rts.__getitem__) == {"a": 1, "c": 719}
+    assert all(r.pending == 0 and r.calls == 1 for r in rts.values())
+    assert clear_pending_errors(["a", "b", "c"], opener=rts.__getitem__) == {}
+
+
+def test_a_runtime_that_cannot_be_opened_is_skipped_not_raised():
+    def opener(path):
+        if path == "gone":
+            raise OSError("not loaded")
+        return _Runtime(1)
+    assert clear_pending_errors(["gone", "here"], opener=opener) == {"here": 1}
+
+
+def test_the_real_call_never_loads_a_runtime_this_process_has_not_mapped(tmp_path):
+    # RTLD_NOLOAD: opening a library that is not mapped fails, so nothing is loaded anew
+    before = loaded_runtimes()
+    assert clear_pending_errors([str(tmp_path / "libcudart.so.13")]) == {}
+    assert loaded_runtimes() == before
+
+
+RUNTIME = next((p for p in ("/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so")
+                if Path(p).exists()), None)
+
+
+@pytest.mark.skipif(RUNTIME is None, reason="no CUDA runtime library here")
+def test_a_refused_runtime_call_is_found_pending_in_the_real_library():
+    """In a fresh process: the runtime is found in the maps once loaded, and a refused call
+    (cudaSetDevice of a device that does not exist; without a driver every call is refused)
+    leaves an error that clear_pending_errors reports under that library's path."""
+    code = (f"import ctypes; lib = ctypes.CDLL({RUNTIME!r});"
+            "from fitness.cuda_errors import clear_pending_errors, loaded_runtimes;"
+            "assert loaded_runtimes(), 'not mapped';"
+            "rc = lib.cudaSetDevice(9999); assert rc != 0, rc;"
+            "got = clear_pending_errors(); print(sorted(got.values()));"
+            "assert list(got) == loaded_runtimes() and all(got.values()), got")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_the_judge_clears_the_runtime_after_a_baseline_fails_while_timed(monkeypatch):
+    import fitness.timing
+    from fitness.records import Status
+    from tests.test_device_runner import BENCH, KERNELS, job, runner
+    calls = []
+    monkeypatch.setattr(fitness.timing, "clear_pending_errors", lambda: calls.append("timed") or {})
+    res = runner(KERNELS, l2_bytes=1).run(job("good", BENCH, baselines=("flaky", "numpy")))
+    assert res.status is Status.OK and "baseline flaky: failed while timed" in res.cases[1].message
+    assert calls and set(calls) == {"timed"}

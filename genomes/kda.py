@@ -1,6 +1,7 @@
 """Gene space of the KDA forward family (kernels/kda/template.cu): v1 the first template's settings,
 v2 adds the order in which the CTAs take the sequences, v3 the split into a chunk-parallel kernel
-and the recurrence, v4 the recurrence's split over V (CTAs per head and sequence).
+and the recurrence, v4 the recurrence's split over V (CTAs per head and sequence), v5 a leaner
+chunk-parallel kernel (occupancy and its chain of global loads).
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -68,14 +69,31 @@ V4_CONSTRAINTS = (
             "V / rec_v_split must be a multiple of 16 (one warp's m16n8k16 rows of S^T)"),
 )
 SPACE_V4 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V3.genes + (REC_V_SPLIT,), constraints=V4_CONSTRAINTS)
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4}
-SPACE = SPACE_V4
+#: v5 (session 13, kernels/kda/README.md "Measured: v3 and v4"): the fitted model puts kda_prep at
+#: ~9.0 us per head, 62-68 % of every scenario's time, one prep CTA living ~6.9 us at 3 per SM
+#: (shared memory binds: 59 KB) while its instructions issue in ~1.2 us of an SM: a chain of
+#: latencies (the slot's sequence by a binary search over cu_seqlens, then q/k/g, then beta inside
+#: P2, each a dependent global round trip) at too few CTAs to hide them. `lean` takes those off:
+#: w shares kp/km's shared memory (dead after A and Aqk), so the all-bf16 prep fits 4 CTAs per SM;
+#: beta is loaded beside q, k, g; the slot's sequence is found by one parallel pass over cu_seqlens.
+#: Same operations, same order: outputs equal v3's prep bit for bit. Legacy v3: v4's kernel.
+PREP = Choice("prep", options=("v3", "lean"), group="structure", legacy="v3",
+              doc="v3: kda_prep as in v3 | lean: w aliased over kp/km (4 CTAs per SM where the precision's "
+                  "tiles fit, else 3), beta loaded with q/k/g, the slot's sequence in one parallel pass "
+                  "(kernels = split only); v5")
+V5_CONSTRAINTS = V4_CONSTRAINTS + (
+    implies("lean_prep_needs_split_kernels", ("prep", "kernels"), lambda v: v["prep"] == "lean",
+            lambda v: v["kernels"] == "split", "only the split pair has a kda_prep"),
+)
+SPACE_V5 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V4.genes + (PREP,), constraints=V5_CONSTRAINTS)
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5}
+SPACE = SPACE_V5
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
 #: launch order, fused (its key is v1's: `order` and `kernels` are at their legacy values)
 DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index",
-                          kernels="fused", rec_v_split=1))
+                          kernels="fused", rec_v_split=1, prep="v3"))
 
 #: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
 #: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
@@ -93,7 +111,12 @@ NAMED = {
                                      rec_v_split=2)),
     "split-bf16-v4": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
                                      rec_v_split=4)),
+    # v5: split-bf16 and split-bf16-v2 with the lean kda_prep (outputs equal theirs)
+    "split-bf16-lean": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
+                                       prep="lean")),
+    "split-bf16-v2-lean": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
+                                          rec_v_split=2, prep="lean")),
 }
 
-__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3",
-           "SPACE_V4"]
+__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PREP", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2",
+           "SPACE_V3", "SPACE_V4", "SPACE_V5"]

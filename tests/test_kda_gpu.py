@@ -222,6 +222,49 @@ def test_v_split_equals_split_bf16(tmp_path, cp, s):
             assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
 
 
+def test_lean_prep_passes_the_judge_on_check_and_smoke_cases(tmp_path, cp):
+    """v5's prep = lean (w in kp/km's shared memory, every global read issued before the one wait,
+    the slot's sequence by kda_slot_owner's parallel pass) through the whole judge: CHECK (40
+    sequences, empty and one-token ones, gap slots: the pass and the early return) and BENCH on the
+    smoke matrix; at 4 CTAs per SM (split-bf16-v2-lean) and at 3 (DEFAULT's precision, all split)."""
+    from genomes.kda import NAMED, SPACE
+
+    genomes = [NAMED["split-bf16-v2-lean"], SPACE.make(dict(NAMED["split"], prep="lean"))]
+    _assert_all_ok(genomes, _judge(genomes, "smoke", tmp_path, baselines=("flashkda",)))
+
+
+@pytest.mark.parametrize("precision", ["split-bf16", "split"])
+def test_lean_prep_equals_v3_prep(tmp_path, cp, precision):
+    """The lean kda_prep runs v3's operations on the same tiles (tests/test_kda_template.py: the same
+    FP and HMMA instructions), only its loads and shared-memory places differ: o and the final state
+    should equal v3's bit for bit (asserted as the twins' tests: at most 1 element in 10^4, rel RMS
+    < 1e-3; w overwriting kp / km too early, or a wrong slot owner, moves whole tiles by O(1))."""
+    from fitness.compile import Compiler
+    from fitness.cuda_backend import CupyBackend
+    from genomes.kda import NAMED, SPACE
+
+    base = NAMED[precision]
+    lean = SPACE.make(dict(base, prep="lean"))
+    backend = CupyBackend()
+    modules = {}
+    for g in (base, lean):
+        res = Compiler(tmp_path / "compile").compile(FAMILY.render(g), FAMILY.compile_flags(g))
+        assert res.ok, res.log[-2000:]
+        modules[g.key] = backend.load(res.cubin())
+    cases = FAMILY.benchmark_cases("smoke") + FAMILY.check_cases()
+    for i, case in enumerate(cases):
+        dev = FAMILY.make_inputs(case, cp.random.RandomState(700 + i), FAMILY.distributions[i % 2], xp=cp)
+        a = _run_genome(backend, lean, case, dev, modules[lean.key])
+        b = _run_genome(backend, base, case, dev, modules[base.key])
+        for name, x in a.items():
+            dt = dtypes.canonical(FAMILY.io(case)[1][name].dtype)
+            xa, xb = dtypes.to_float64(x, dt), dtypes.to_float64(b[name], dt)
+            differ = int((x != b[name]).sum())
+            rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
+            print("lean", precision, case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
+            assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
+
+
 @pytest.mark.slow
 def test_default_on_flashkdas_six_scenarios(tmp_path, cp):
     """The first kernel timed by the judge on the six scenarios beside FlashKDA and fla (-s prints)."""

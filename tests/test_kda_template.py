@@ -22,14 +22,15 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 def test_space_is_registered_and_default_is_in_it():
     from genomes.kda import SPACE_V1, SPACE_V2, SPACE_V3, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 192 and SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
-    assert SPACE_V3.names == SPACE.names[:-1] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
+    assert load_space("kda") is SPACE and SPACE.size() == 384 and SPACES["v4"].size() == 192
+    assert SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
+    assert SPACE_V3.names == SPACE.names[:-2] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
     assert DEFAULT.key == SPACE_V3.make({k: DEFAULT[k] for k in SPACE_V3.names}).key
     assert DEFAULT["chunk"] == 16 and DEFAULT["split_s"] and DEFAULT["split_intra"] and not DEFAULT["split_w"]
     assert DEFAULT["order"] == "index" and DEFAULT["kernels"] == "fused"
     assert DEFAULT.key == SPACE_V1.make({k: DEFAULT[k] for k in SPACE_V1.names}).key
     assert DEFAULT.key == SPACE_V2.make({k: DEFAULT[k] for k in SPACE_V2.names}).key
-    assert SPACE_V2.names == SPACE.names[:-2] and "kernels" not in SPACE_V2.names     # v2 as recorded
+    assert SPACE_V2.names == SPACE.names[:-3] and "kernels" not in SPACE_V2.names     # v2 as recorded
 
 
 def test_render_is_pure_and_sets_every_define():
@@ -98,7 +99,8 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     assert len({NAMED[n].key for n in ("split-bf16", "split-bf16-v2", "split-bf16-v4")}) == 3
     assert not SPACE.is_valid(dict(DEFAULT, rec_v_split=2)) and SPACE.is_valid(dict(DEFAULT, kernels="split", rec_v_split=4))
     assert all(g["kernels"] == "split" for g in SPACE.enumerate() if g["rec_v_split"] > 1)
-    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32            # v3's 64, and 2 x its 32 split genomes
+    # v3's 64 and 2 x its 32 split genomes (v4), and v4's 96 split genomes again with prep = lean (v5)
+    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])
@@ -123,6 +125,95 @@ def test_v_split_launch_geometry(s):
     for bad in (3, 16):
         with pytest.raises(ValueError, match="multiple of 16"):
             fam.rec_threads({"rec_v_split": bad})
+
+
+def test_lean_prep_keeps_v4_keys_needs_the_split_pair_and_fits_four_ctas_per_sm():
+    """v5's prep: legacy v3 keeps every v4 genome's key; lean only with kernels = split; its kda_prep
+    launch is v3's (grid, block, arguments) but for the shared memory: w's NW tiles fewer (in kp/km's)
+    plus 16 bytes, so the all-bf16 tiles fit 4 CTAs per SM (228 KB, 1 KB reserved each) and the
+    __launch_bounds__ asks for 4 there (3 where the split tiles do not fit 4)."""
+    from genomes.kda import SPACE_V4
+
+    for name, g in NAMED.items():
+        if g["prep"] == "v3":
+            assert g.key == SPACE_V4.make({k: g[k] for k in SPACE_V4.names}).key, name
+    lean, v2lean = NAMED["split-bf16-lean"], NAMED["split-bf16-v2-lean"]
+    for a, b in ((lean, NAMED["split-bf16"]), (v2lean, NAMED["split-bf16-v2"])):
+        assert dict(a) == dict(b) | {"prep": "lean"} and b["prep"] == "v3"
+    assert not SPACE.is_valid(dict(DEFAULT, prep="lean")) and SPACE.is_valid(dict(SPLIT, prep="lean"))
+    assert "#define KDA_PREP_LEAN 1\n" in FAMILY.render(lean) and "#define KDA_PREP_LEAN 0\n" in FAMILY.render(SPLIT)
+    for g in (lean, v2lean, SPACE.make(dict(SPLIT, prep="lean")), SPACE.make(dict(SPLIT, split_w=True, prep="lean"))):
+        v3 = SPACE.make(dict(g, prep="v3"))
+        nw = 2 if g["split_w"] else 1
+        assert fam.prep_smem_bytes(g) == fam.prep_smem_bytes(v3) - nw * 16 * 136 * 2 + 16
+        fits4 = 4 * (fam.prep_smem_bytes(g) + 1024) <= 233472
+        assert fam.prep_min_blocks(g) == (4 if fits4 else 3) and fam.prep_min_blocks(v3) == 3
+        assert f"#define KDA_PREP_MIN_BLOCKS {fam.prep_min_blocks(g)}\n" in FAMILY.render(g)
+        for case in FAMILY.check_cases() + FAMILY.benchmark_cases("all"):
+            (prep, rec), (prep3, rec3) = FAMILY.launch(g, case), FAMILY.launch(v3, case)
+            assert rec == rec3 and (prep.kernel, prep.grid, prep.block, prep.args) == \
+                (prep3.kernel, prep3.grid, prep3.block, prep3.args)
+            assert prep.shared_bytes == fam.prep_smem_bytes(g) < prep3.shared_bytes
+    assert fam.prep_min_blocks(lean) == 4 and fam.prep_min_blocks(SPACE.make(dict(SPLIT, prep="lean"))) == 3
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
+def test_slot_owner_pass_finds_exactly_kda_slot_sequences_answer():
+    """template.cu's kda_slot_owner (the lean kda_prep's parallel pass, for the host): for every slot
+    exactly one sequence i < N claims it, and it is the one kda_slot_sequence's binary search finds
+    (gap slots included), so the two preps read the same chunk for every slot."""
+    import ctypes
+    import re
+
+    import cuda_host
+
+    text = fam.TEMPLATE.read_text()
+    bodies = [re.search(rf"// >>> {f}.*?\n(.*?)// <<< {f}", text, re.DOTALL).group(1)
+              for f in ("kda_slot_sequence", "kda_slot_owner")]
+    wrapper = ('extern "C" void run(const int* cu, int n, int nslots, int* bin, int* owners, int* first) {\n'
+               "    for (int s = 0; s < nslots; ++s) {\n        bin[s] = kda_slot_sequence(cu, n, s); owners[s] = 0; first[s] = -1;\n"
+               "        for (int i = 0; i < n; ++i) if (kda_slot_owner(cu[i], cu[i + 1], i, n, s)) { owners[s]++; if (first[s] < 0) first[s] = i; }\n"
+               "    }\n}\n")
+    lib = cuda_host.host_library("#define KDA_CHUNK 16\n" + "".join(bodies), wrapper)
+    for lens in ORDERS + [(16, 16, 15, 17, 1), (8192,), (31,) * 40, (0,) * 5 + (33,)]:
+        cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        nslots = int(cu[-1]) // 16 + len(lens)
+        bin_, owners, first = (np.full(nslots, -7, dtype=np.int32) for _ in range(3))
+        lib.run(ctypes.c_void_p(cu.ctypes.data), ctypes.c_int(len(lens)), ctypes.c_int(nslots),
+                *(ctypes.c_void_p(a.ctypes.data) for a in (bin_, owners, first)))
+        assert (owners == 1).all() and (first == bin_).all(), lens
+
+
+def _prep_sass(genome, tmp_path):
+    from fitness.compile import Compiler
+
+    res = Compiler(tmp_path).compile(FAMILY.render(genome), FAMILY.compile_flags(genome))
+    assert res.ok, res.log[-3000:]
+    if not res.sass:
+        pytest.skip("no cuobjdump: " + res.log[-300:])
+    text = res.sass.split("Function : kda_prep")[1].split("Function :")[0]
+    return res, [ln.split("*/", 1)[1].split(";")[0].strip() for ln in text.splitlines() if ln.strip().startswith("/*") and ";" in ln]
+
+
+@pytest.mark.parametrize("name", ["split-bf16", "split"])
+def test_lean_prep_has_v3s_arithmetic_and_waits_for_every_global_read_at_once(tmp_path, name):
+    """The lean kda_prep's SASS: the same floating-point and tensor-core instructions as v3's (the
+    same operations: the outputs should be bit for bit v3's, tests/test_kda_gpu.py checks), and no
+    global load after its one cp.async wait (v3 still reads beta there, a round trip on the chain)."""
+    import collections
+    import re
+
+    v3 = NAMED[name]
+    lean = SPACE.make(dict(v3, prep="lean"))
+    counts, late = {}, {}
+    for g in (v3, lean):
+        res, lines = _prep_sass(g, tmp_path / g["prep"])
+        ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0] for x in lines)
+        counts[g["prep"]] = {k: ops[k] for k in ("HMMA", "FFMA", "FMUL", "FADD", "MUFU", "LDGSTS")}
+        wait = next(i for i, x in enumerate(lines) if x.startswith("DEPBAR.LE"))
+        late[g["prep"]] = [x for x in lines[wait:] if re.search(r"\bLDG\.", x)]
+    assert counts["lean"] == counts["v3"] and counts["v3"]["HMMA"] > 0
+    assert late["lean"] == [] and len(late["v3"]) == 1 and "U16" in late["v3"][0]
 
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
@@ -178,6 +269,35 @@ def test_v_split_wave_model_counts_s_ctas_per_head_and_sequence():
     assert model.resident_ctas(128, 156, 56832) == 3 and model.resident_ctas(64, 159, 51712) == 4
 
 
+def test_fitted_split_model_is_the_fit_of_the_measured_table_and_explains_the_v_split():
+    """kernel_model.SPLIT_FIT is fit_split_model on SESSION13_MS (the times copied from
+    results/kda_fwd_h200.json; checked against it while it is that table): re-fitted to 2 %, each
+    of the 12 times within 3 %; and what the README draws from it: fixed/H64's 128 four-warp CTAs
+    (one warp per SM sub-partition) are what makes v2 faster there, fixed/H96's 192 put two CTAs on
+    60 SMs (two warps per sub-partition, s = 1's chunk time), mixed's longest chain is slower at
+    v2's three CTAs per SM, and kda_prep is over half of every scenario."""
+    import json
+    from pathlib import Path
+
+    cases = {c.id: c.params for c in FAMILY.benchmark_cases()}
+    rows = [(cases[c]["lens"], cases[c]["H"], s, t[i]) for c, t in model.SESSION13_MS.items() for i, s in enumerate((1, 2))]
+    fit = model.fit_split_model(rows)
+    assert all(abs(fit[k] / v - 1) < 0.02 for k, v in model.SPLIT_FIT.items()), fit
+    for lens, H, s, t in rows:
+        prep, rec = model.split_fit_ms(lens, H, s)
+        assert abs((prep + rec) / t - 1) < 0.03 and prep / (prep + rec) > 0.5, (H, len(lens), s, prep, rec, t)
+    table = Path(fam.__file__).resolve().parents[2] / "results" / "kda_fwd_h200.json"
+    report = json.loads(table.read_text()) if table.exists() else {}
+    if report.get("seed") == 1181474535:
+        for sc in report["scenarios"]:
+            for i, g in enumerate(("split-bf16", "split-bf16-v2")):
+                assert round(sc["genomes"][g]["time_ms"], 3) == model.SESSION13_MS[sc["case"]][i], (sc["case"], g)
+    t = {(c, s): sum(model.split_fit_ms(p["lens"], p["H"], s)) for c, p in cases.items() for s in (1, 2)}
+    assert t["fixed/H64", 2] < 0.9 * t["fixed/H64", 1] and t["fixed/H96", 2] == pytest.approx(t["fixed/H96", 1])
+    assert t["mixed/H96", 2] > t["mixed/H96", 1] and t["mixed/H64", 2] > t["mixed/H64", 1]
+    assert t["uniform/H96", 2] < t["uniform/H96", 1] and t["uniform/H64", 2] < t["uniform/H64", 1]
+
+
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
 def test_slot_sequence_inverts_the_models_slot_map():
     """template.cu's kda_slot_sequence (for the host): every chunk's slot maps back to its
@@ -214,9 +334,12 @@ def test_slot_sequence_inverts_the_models_slot_map():
                                     dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split"),
                                     dict(DEFAULT, split_w=True, order="longest_first", kernels="split"),
                                     dict(NAMED["split-bf16-v2"]), dict(NAMED["split-bf16-v4"]),
-                                    dict(DEFAULT, split_w=True, order="longest_first", kernels="split", rec_v_split=2)],
+                                    dict(DEFAULT, split_w=True, order="longest_first", kernels="split", rec_v_split=2),
+                                    dict(NAMED["split-bf16-v2-lean"]),
+                                    dict(DEFAULT, split_w=True, order="longest_first", kernels="split", prep="lean")],
                          ids=["default", "all-bf16", "all-split", "longest-first", "split", "split-bf16",
-                              "split-all-split-longest", "split-bf16-v2", "split-bf16-v4", "split-all-split-longest-v2"])
+                              "split-all-split-longest", "split-bf16-v2", "split-bf16-v4", "split-all-split-longest-v2",
+                              "split-bf16-v2-lean", "split-all-split-longest-lean"])
 def test_compiles_without_spills_and_keeps_its_promises(tmp_path, values):
     """nvcc for sm_90a through the judge's compiler; the static_assert on sizeof(KdaSmem) makes
     the compile fail if family.smem_bytes disagrees with the template's layout."""
@@ -234,6 +357,10 @@ def test_compiles_without_spills_and_keeps_its_promises(tmp_path, values):
             # wave model (kernel_model.split_time_ms) assumes of the registers and shared memory
             s = fam.rec_v_split(genome)
             assert model.resident_ctas(fam.rec_threads(genome), r.registers, fam.rec_smem_bytes(genome)) >= s, (name, r)
+        if name == "kda_prep":      # registers never hold fewer CTAs per SM than its __launch_bounds__ asks
+            smem = fam.prep_smem_bytes(genome)      # for (4: the lean all-bf16 prep) where shared memory allows
+            want = min(fam.prep_min_blocks(genome), model.SM_SHARED_BYTES // (smem + model.SM_CTA_RESERVED_BYTES))
+            assert model.resident_ctas(256, r.registers, smem) == want, r
     assert static_problems(res, FAMILY, genome) == []
 
 

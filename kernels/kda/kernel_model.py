@@ -13,7 +13,9 @@ And the template's schedule: `sequence_order` is the order its CTAs take the seq
 specification of template.cu's kda_sequence_of), `wave_makespan` the token-steps the busiest SM
 runs when one CTA per (sequence, head) is dispatched in that order to the first free SM: a
 model of the `order` gene's effect, to be checked against the H200's times. `workspace_slots`
-is where the split pair (gene `kernels`, v3) keeps each chunk's record.
+is where the split pair (gene `kernels`, v3) keeps each chunk's record. `split_time_ms` is session
+12's prediction for the V split (kept: the README's measured-vs-predicted table quotes it);
+`SPLIT_FIT` / `split_fit_ms` is session 13's model fitted to what the H200 measured.
 """
 
 from __future__ import annotations
@@ -174,6 +176,68 @@ def split_time_ms(lens, H: int, t_lat_us: float, k1_ms: float, *, split_v: int =
     return k1_ms + steps / CHUNK * t_chunk / 1000.0
 
 
+def slot_schedule(lens, H: int, order: str = "index", sms: int = SMS, split_v: int = 1, per_sm: int = 1) -> tuple[int, int]:
+    """wave_makespan's list schedule, and how many CTAs the busiest slot ran: (token-steps, CTAs) of
+    the slot with the most token-steps (of those, the most CTAs)."""
+    import heapq  # noqa: PLC0415
+
+    free = [(0, 0)] * (int(sms) * int(per_sm))
+    for n in sequence_order(lens, order):
+        for _ in range(int(H) * int(split_v)):
+            t, c = heapq.heappop(free)
+            heapq.heappush(free, (t + int(lens[n]), c + 1))
+    return max(free)
+
+
+#: kda_rec CTAs an SM holds per rec_v_split (resident_ctas of REC_REGISTERS and family.rec_smem_bytes,
+#: all-bf16: 140 / 156 / 159 registers, 67,072 / 56,832 / 51,712 bytes)
+REC_RESIDENT = {1: 1, 2: 3, 4: 4}
+#: the fitted model of the split pair (session 13; `fit_split_model` on results/kda_fwd_h200.json's
+#: split-bf16 and split-bf16-v2 times, 12 of them, 4 parameters, every residual within 2.5 %):
+#: kda_prep costs `prep_us` per (slot, head) CTA of the whole GPU (x 513 slots = 9.0 us a head; 3
+#: CTAs per SM each living ~6.9 us); a kda_rec chunk takes `a_us + b_us w` on an SM whose busiest
+#: sub-partition holds w of kda_rec's warps (w = resident CTAs x warps per CTA / 4: one warp's P8
+#: issue and pipe time b, a floor a that no w hides); each kda_rec CTA costs `cta_us` once (state
+#: in and out, the pipeline's fill and drain, the wave's tail).
+SPLIT_FIT = {"prep_us": 0.0175, "a_us": 0.327, "b_us": 0.345, "cta_us": 14.9}
+#: what SPLIT_FIT was fitted on: results/kda_fwd_h200.json (session 13, seed 1181474535), ms per
+#: scenario for split-bf16 (rec_v_split 1) and split-bf16-v2 (2), the six scenarios in the table's order
+SESSION13_MS = {
+    "fixed/H96": (1.394, 1.397), "mixed/H96": (1.380, 1.401), "uniform/H96": (1.348, 1.289),
+    "fixed/H64": (1.116, 0.926), "mixed/H64": (0.994, 1.015), "uniform/H64": (0.904, 0.869),
+}
+
+
+def split_fit_terms(lens, H: int, split_v: int = 1, order: str = "index") -> tuple[float, float, float, float]:
+    """The fitted model's regressors for one (scenario, split_v): (kda_prep CTAs / 1000, the busiest
+    slot's chunks / 1000, the same times w, its kda_rec CTAs / 1000); time in ms = their dot
+    product with (prep_us, a_us, b_us, cta_us)."""
+    ctas = int(H) * int(split_v) * len(lens)
+    per_sm = max(1, min(REC_RESIDENT[int(split_v)], -(-ctas // SMS)))
+    steps, busiest = slot_schedule(lens, H, order, SMS, split_v, per_sm)
+    w = -(-per_sm * (8 // int(split_v)) // 4)
+    slots = sum(int(x) for x in lens) // CHUNK + len(lens)
+    chunks = steps / CHUNK
+    return int(H) * slots / 1000.0, chunks / 1000.0, chunks * w / 1000.0, busiest / 1000.0
+
+
+def split_fit_ms(lens, H: int, split_v: int = 1, *, prep_scale: float = 1.0, order: str = "index",
+                 fit: dict | None = None) -> tuple[float, float]:
+    """(kda_prep ms, kda_rec ms) by the fitted model; `prep_scale` multiplies kda_prep's cost per
+    CTA (a prediction for a different kda_prep)."""
+    f = SPLIT_FIT if fit is None else fit
+    x = split_fit_terms(lens, H, split_v, order)
+    return prep_scale * f["prep_us"] * x[0], f["a_us"] * x[1] + f["b_us"] * x[2] + f["cta_us"] * x[3]
+
+
+def fit_split_model(rows) -> dict:
+    """Least squares of SPLIT_FIT's four parameters on rows (lens, H, split_v, measured ms)."""
+    X = np.array([split_fit_terms(lens, H, s) for lens, H, s, _ in rows])
+    y = np.array([float(t) for *_, t in rows])
+    p = np.linalg.lstsq(X, y, rcond=None)[0]
+    return dict(zip(("prep_us", "a_us", "b_us", "cta_us"), (float(v) for v in p)))
+
+
 def workspace_slots(lens) -> list[list[int]]:
     """The split pair's workspace slot of every chunk, per sequence (the specification of
     template.cu's slot map, which kda_slot_sequence inverts): chunk c of sequence n is slot
@@ -186,5 +250,6 @@ def workspace_slots(lens) -> list[list[int]]:
     return out
 
 
-__all__ = ["CHUNK", "REC_LOOP_SASS", "chunk_model", "rec_chunk_us", "rec_grid", "resident_ctas", "sequence_order", "split_time_ms", "wave_makespan",
-           "workspace_slots"]
+__all__ = ["CHUNK", "REC_LOOP_SASS", "REC_RESIDENT", "SESSION13_MS", "SPLIT_FIT", "chunk_model", "fit_split_model", "rec_chunk_us", "rec_grid",
+           "resident_ctas", "sequence_order", "slot_schedule", "split_fit_ms", "split_fit_terms", "split_time_ms",
+           "wave_makespan", "workspace_slots"]

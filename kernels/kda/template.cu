@@ -36,6 +36,12 @@
 // (head, sequence)) or split (KDA_PREP_ENTRY + KDA_REC_ENTRY: kda_prep does P2-P7 of every
 // (chunk, head) at once into a workspace, kda_rec_<state> only P8 per chunk: see "the split pair").
 //
+// Prep (KDA_PREP_LEAN, 0 or 1; gene prep, v5): kda_prep as in v3, or lean: w shares kp/km's shared
+// memory (dead once A and Aqk are made), so the all-bf16 tiles fit 4 CTAs per SM
+// (KDA_PREP_MIN_BLOCKS, family.prep_min_blocks); every global load of the CTA (q, k, g, beta,
+// dt_bias, A_log) is issued before any is waited for; the slot's sequence comes from one parallel
+// pass over cu_seqlens (kda_slot_owner) instead of log2 N dependent reads. Same arithmetic.
+//
 // Order (KDA_ORDER_LONGEST, 0 or 1): which sequence the CTAs of grid row blockIdx.y run. 0: the
 // blockIdx.y-th; 1: the blockIdx.y-th longest (ties: the lower index first), so the longest
 // chains start in the first wave (list scheduling, longest first: kernel_model.wave_makespan
@@ -49,7 +55,7 @@
 #if !defined(KDA_CHUNK) || !defined(KDA_SPLIT_S) || !defined(KDA_SPLIT_U) || !defined(KDA_SPLIT_W) || \
     !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES) || !defined(KDA_ORDER_LONGEST) ||              \
     !defined(KDA_PREP_SMEM_BYTES) || !defined(KDA_REC_SMEM_BYTES) || !defined(KDA_REC_BYTES_HOST) ||          \
-    !defined(KDA_REC_V_SPLIT)
+    !defined(KDA_REC_V_SPLIT) || !defined(KDA_PREP_LEAN) || !defined(KDA_PREP_MIN_BLOCKS)
 #error "render the template through kernels/kda/family.py (settings are #defines)"
 #endif
 
@@ -196,11 +202,13 @@ __device__ __forceinline__ int kda_sequence_of(const int* __restrict__ cu_seqlen
 
 // P2-P7 on one chunk's raw inputs `st` (q, k, g) into `sm`'s operands (qd, kd, qp, kp, km, kr, w,
 // L, T, Aqk, decay), barriers S2-S7 included: every thread of the CTA calls it.
-template <class Stage, class Sm>
+// BETA_PRE: thread tid < valid passes its token's raw beta as `beta_pre` (loaded with the chunk's
+// inputs, the lean kda_prep) instead of reading it here.
+template <class Stage, class Sm, bool BETA_PRE = false>
 __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf16_bits* __restrict__ beta,
                                                int tid, int lane, int warp, int valid, int t0, int h, int H,
                                                bool gate_in_kernel, bool beta_logit, bool l2norm, float eA,
-                                               float lb2, float scale) {
+                                               float lb2, float scale, float beta_pre = 0.0f) {
     // P2: row norms of q and k, the gate (log2 units), beta
     {
         const int r0 = 2 * warp;
@@ -242,7 +250,7 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
     if (tid < KDA_CHUNK) {
         float b = 0.0f;
         if (tid < valid) {
-            b = from_bf16(beta[(size_t)(t0 + tid) * H + h]);
+            b = BETA_PRE ? beta_pre : from_bf16(beta[(size_t)(t0 + tid) * H + h]);
             if (beta_logit) b = sigmoid(b);
         }
         sm.beta[tid] = b;
@@ -554,7 +562,6 @@ __device__ __forceinline__ void kda_fwd_body(
 #define KDA_OFF_DECAY (KDA_OFF_AQK + KDA_NI * KDA_SMALL_BYTES)
 #define KDA_REC_BYTES (KDA_OFF_DECAY + KDA_D * 4)
 #define KDA_REC_STAGES 3
-#define KDA_PREP_MIN_BLOCKS 3            // CTAs per SM kda_prep is compiled for (85 registers)
 #define KDA_REC_VS (KDA_D / KDA_REC_V_SPLIT)   // V columns of one kda_rec CTA
 #define KDA_REC_VROW (KDA_REC_VS + 8)          // its padded v and o rows (KDA_ROW when s = 1)
 #define KDA_REC_WARPS (KDA_REC_VS / 16)        // one warp per 16 V rows of S^T
@@ -577,16 +584,31 @@ struct KdaPrepSmem {                     // KdaSmem less the second stage, v and
     bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];
     bf16_bits kd[KDA_CHUNK][KDA_ROW];
     bf16_bits qp[KDA_NI][KDA_CHUNK][KDA_ROW];
+#if KDA_PREP_LEAN
+    union {                              // kp, km: read by P5 only; w: written by P7 (after S5, S6)
+        struct {
+            bf16_bits kp[KDA_NI][KDA_CHUNK][KDA_ROW];
+            bf16_bits km[KDA_NI][KDA_CHUNK][KDA_ROW];
+        };
+        bf16_bits w[KDA_NW][KDA_CHUNK][KDA_ROW];   // NW <= 2 <= 2 NI tiles
+    };
+#else
     bf16_bits kp[KDA_NI][KDA_CHUNK][KDA_ROW];
     bf16_bits km[KDA_NI][KDA_CHUNK][KDA_ROW];
+#endif
     bf16_bits kr[KDA_CHUNK][KDA_ROW];
+#if !KDA_PREP_LEAN
     bf16_bits w[KDA_NW][KDA_CHUNK][KDA_ROW];
+#endif
     float L[KDA_CHUNK][KDA_CHUNK + 1];
     bf16_bits T[KDA_NI][KDA_CHUNK][KDA_ROW16];
     bf16_bits Aqk[KDA_NI][KDA_CHUNK][KDA_ROW16];
     float decay[KDA_D];
     float dt_bias[KDA_D];
     float rq[KDA_CHUNK], rk[KDA_CHUNK], beta[KDA_CHUNK];
+#if KDA_PREP_LEAN
+    int seq[4];                          // the slot's sequence, its bos and eos (kda_slot_owner's pass)
+#endif
 };
 struct KdaRecStage {                     // one chunk's record and v slice, as P8 reads them
     bf16_bits v[KDA_CHUNK][KDA_REC_VROW];
@@ -618,6 +640,15 @@ __device__ __forceinline__ int kda_slot_sequence(const int* __restrict__ cu_seql
     return lo;
 }
 // <<< kda_slot_sequence
+
+// >>> kda_slot_owner (tests/test_kda_template.py compiles this function for the host)
+// Whether sequence i (c0 = cu[i], c1 = cu[i + 1]) owns workspace slot `slot`: its base c0 / 16 + i
+// is <= slot and sequence i + 1's base c1 / 16 + i + 1 (none past N - 1) is above it. Exactly one
+// i < N does (the bases strictly increase from 0): kda_slot_sequence's answer, in one pass.
+__device__ __forceinline__ bool kda_slot_owner(int c0, int c1, int i, int N, int slot) {
+    return c0 / KDA_CHUNK + i <= slot && (i + 1 >= N || c1 / KDA_CHUNK + i + 1 > slot);
+}
+// <<< kda_slot_owner
 
 // >>> kda_rec_slice (tests/test_kda_template.py compiles this function for the host)
 // kda_rec's head and first V column for grid column x = h s + slice (s = KDA_REC_V_SPLIT, the
@@ -654,18 +685,35 @@ __device__ __forceinline__ void kda_prep_body(
     KdaPrepSmem& sm = *reinterpret_cast<KdaPrepSmem*>(kda_smem_raw);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int slot = blockIdx.x, h = blockIdx.y, nslots = T / KDA_CHUNK + N;
+#if KDA_PREP_LEAN
+    int n, bos, eos;
+    if (N <= KDA_THREADS) {                                  // one round trip: thread i tests sequence i
+        if (tid < N) {
+            const int c0 = cu_seqlens[tid], c1 = cu_seqlens[tid + 1];
+            if (kda_slot_owner(c0, c1, tid, N, slot)) { sm.seq[0] = tid; sm.seq[1] = c0; sm.seq[2] = c1; }
+        }
+        __syncthreads();
+        n = sm.seq[0], bos = sm.seq[1], eos = sm.seq[2];
+    } else {
+        n = kda_slot_sequence(cu_seqlens, N, slot);
+        bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
+    }
+#else
     const int n = kda_slot_sequence(cu_seqlens, N, slot);
     const int bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
+#endif
     const int t0 = bos + (slot - (bos / KDA_CHUNK + n)) * KDA_CHUNK;
     if (t0 >= eos) return;                                   // a gap slot (the whole CTA)
     const int valid = min(KDA_CHUNK, eos - t0);
     const bool gate_in_kernel = A_log != nullptr;
     const bool beta_logit = flags & 1, l2norm = flags & 2;
-    const float eA = gate_in_kernel ? ex2(A_log[h] * KDA_LOG2E) : 0.0f;
     const float lb2 = lower_bound * KDA_LOG2E;
     const float* gf = static_cast<const float*>(g);
     const bf16_bits* gb = static_cast<const bf16_bits*>(g);
+#if !KDA_PREP_LEAN
+    const float eA = gate_in_kernel ? ex2(A_log[h] * KDA_LOG2E) : 0.0f;
     if (gate_in_kernel && tid < KDA_D) sm.dt_bias[tid] = dt_bias[h * KDA_D + tid];
+#endif
     {                                                        // the chunk's q, k, g (as the fused prefetch)
         const size_t row_stride = (size_t)H * KDA_D;
         const int r = tid >> 4, part = tid & 15;
@@ -682,11 +730,26 @@ __device__ __forceinline__ void kda_prep_body(
             cp_async16(&st.g[r][64 + part * 4], gf + row + 64 + part * 4, bytes);
         }
         cp_async_commit();
+#if KDA_PREP_LEAN
+    }
+    // the other global reads, issued behind the cp.async ones and waited for with them
+    const float a_log = gate_in_kernel ? A_log[h] : 0.0f;
+    const float dtb = gate_in_kernel && tid < KDA_D ? dt_bias[h * KDA_D + tid] : 0.0f;
+    const float beta_pre = tid < valid ? from_bf16(beta[(size_t)(t0 + tid) * H + h]) : 0.0f;
+    if (gate_in_kernel && tid < KDA_D) sm.dt_bias[tid] = dtb;
+    const float eA = gate_in_kernel ? ex2(a_log * KDA_LOG2E) : 0.0f;
+    {
+#endif
         cp_async_wait<0>();
     }
     __syncthreads();
+#if KDA_PREP_LEAN
+    kda_chunk_prep<KdaPrepStage, KdaPrepSmem, true>(sm.stage, sm, beta, tid, lane, warp, valid, t0, h, H, gate_in_kernel,
+                                                    beta_logit, l2norm, eA, lb2, scale, beta_pre);
+#else
     kda_chunk_prep(sm.stage, sm, beta, tid, lane, warp, valid, t0, h, H, gate_in_kernel, beta_logit, l2norm, eA, lb2,
                    scale);                                   // ends with a barrier: every operand is in sm
+#endif
     unsigned char* rec = ws + ((size_t)h * nslots + slot) * KDA_REC_BYTES;
     {
         const int r = tid >> 4, part = tid & 15, off = r * (KDA_D * 2) + part * 16;

@@ -378,9 +378,76 @@ SPACE_V4 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V3.genes 
                      constraints=tuple(REGISTERS_FIT_V4 if c.name == "registers_fit" else c
                                        for c in SPACE_V3.constraints) + V4_CONSTRAINTS)
 
+#: v5: long rows in more CTAs per SM (session 13 on the H200, results/archive/session13/callA/
+#: bwd_probe_v4_async.log: every async genome with clusters of 8 ran at 0.84-0.85 of the add roofline,
+#: every one with clusters of 16 at 0.58-0.70, whatever its CTA size, CTAs per SM (1 or 2) or ring
+#: depth (2 or 4); INT21's clusters of 16 at 64K, 6-8 CTAs per SM, ran at 0.91). A CTA that stages
+#: its slice of a 131072-262144 row needs (stages x 4 + 4) bytes of shared memory per column of its
+#: slice (bf16 x and dy per stage, fp32 dw), so those widths ran at 1 CTA/SM or in clusters of 16:
+#: kernels/rmsnorm_bwd/README.md "Session 13" has the model. Two alleles, keys of v1-v4 unchanged:
+#:  - staging = l2: x and dy not staged; thread 0 of each row issues one cp.async.bulk.prefetch.L2 per
+#:    tensor for the CTA's slice S - 1 groups ahead (stages 1-4), both passes ld.global (pass 2 re-reads
+#:    from L2 what pass 1 read), so shared memory holds only the dw accumulators: a 2048-vector slice
+#:    (131072 bf16 over 8 CTAs) in 64 KB, two CTAs per SM; 1024 vectors in 32 KB, four per SM;
+#:  - vector_loop = rolled4: the rolled loop unrolled by four (four vectors' loads in flight per thread
+#:    where rolled has one): what an L2-read pass needs to keep ~64 KB of loads outstanding per SM.
+STAGING_V5 = Choice("staging", options=("regs", "smem_async", "l2"), group="pipeline", legacy="regs",
+                    doc="where x and dy wait between the two passes: regs (registers) | smem_async (cp.async "
+                        "into shared memory, LDGSTS + LDS; v2) | l2 (nowhere: a bulk L2 prefetch of the row "
+                        "slice S - 1 groups ahead, UBLKPF, and ld.global in both passes; v5)")
+VECTOR_LOOP_V5 = Choice("vector_loop", options=("unrolled", "rolled", "rolled4"), group="compile",
+                        legacy="unrolled",
+                        doc="the two passes over a thread's vectors: unrolled (ptxas hoists every vector's loads: "
+                            "registers grow with chunks) | rolled (#pragma unroll 1, one vector live) | rolled4 "
+                            "(#pragma unroll 4; v5): the rolled forms need dw_acc = smem, staging smem_async or "
+                            "l2, and weight_regs off")
+
+
+def _rolled(v: Mapping[str, Any]) -> bool:
+    return v.get("vector_loop", "unrolled") in ("rolled", "rolled4")
+
+
+def register_demand_v5(v: Mapping[str, Any]) -> int:
+    """v4's estimate; rolled4 holds four vectors' x and dy and their 64-bit addresses where rolled
+    holds one vector: rolled's + 4 x 2 x words + 24 (calibrated on ptxas, nvcc 13.0: 128 or 256
+    threads x 8 vectors of 16 B, staging = l2, dynamic clusters of 8 and 16, used 110-114 registers
+    where rolled's estimate is 64; this says 120). staging = l2 counts as staged (no row held in
+    registers across the exchange; a pass's loads are hoisted as the shared reads are)."""
+    if v.get("vector_loop", "unrolled") == "rolled4":
+        return register_demand_v4(dict(v, vector_loop="rolled")) + 4 * 2 * (v["vec_bytes"] // 4) + 24
+    return register_demand_v4(v)
+
+
+REGISTERS_FIT_V5 = require("registers_fit", REGISTERS_FIT_V4.genes,
+                           lambda v: register_demand_v5(v) <= register_cap(v),
+                           "the data a thread holds (x, dy, weight, dw accumulators) must fit its register budget "
+                           "(no spills)")
+_V5_REPLACED = {
+    "registers_fit": REGISTERS_FIT_V5,
+    "ring_needs_shared_staging": implies(
+        "ring_needs_shared_staging", ("stages", "staging"),
+        lambda v: v["stages"] > 2, lambda v: v["staging"] in ("smem_async", "l2"),
+        "more than two stages are a ring of shared-memory buffers or L2 prefetches: staging = smem_async | l2"),
+    "rolled_loop_needs_shared_state": implies(
+        "rolled_loop_needs_shared_state", ("vector_loop", "dw_acc", "staging", "weight_regs"),
+        _rolled,
+        lambda v: v["dw_acc"] == "smem" and v["staging"] in ("smem_async", "l2") and not v["weight_regs"],
+        "a rolled vector loop indexes no register array: dw_acc = smem, staging = smem_async | l2, weight_regs off"),
+}
+V5_CONSTRAINTS = (
+    implies("l2_staging_keeps_lines", ("staging", "load_cache"),
+            lambda v: v["staging"] == "l2", lambda v: v["load_cache"] in ("default", "nc", "nc_na"),
+            "pass 2 re-reads x and dy from L2: no evict-first loads (cs, nc_ef) with staging = l2"),
+)
+SPACE_V5 = GeneSpace(
+    name="rmsnorm_bwd", doc=SPACE_V1.doc,
+    genes=tuple({"staging": STAGING_V5, "vector_loop": VECTOR_LOOP_V5}.get(g.name, g) for g in SPACE_V4.genes),
+    constraints=tuple(_V5_REPLACED.get(c.name, c) for c in SPACE_V4.constraints) + V5_CONSTRAINTS,
+)
+
 #: every version of the space, and the latest (what a new run uses)
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4}
-SPACE = SPACE_V4
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5}
+SPACE = SPACE_V5
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread
 #: (a CTA covers 2048 vectors = 16K bf16 columns), clusters of 16 for longer rows (262144 bf16 =

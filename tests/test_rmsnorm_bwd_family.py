@@ -18,7 +18,8 @@ import pytest
 
 from fitness.family import load_family
 from genomes import load_space
-from genomes.rmsnorm_bwd import DEFAULT, SPACE, SPACES, register_cap, register_demand_v3, register_demand_v4
+from genomes.rmsnorm_bwd import (DEFAULT, SPACE, SPACES, register_cap, register_demand_v3, register_demand_v4,
+                                  register_demand_v5)
 
 FAMILY = load_family("rmsnorm_bwd")
 FAM = sys.modules["_kernels_rmsnorm_bwd_family"]
@@ -27,6 +28,7 @@ SMEM_STATIC_LIMIT = 48 * 1024
 COMPILE_SAMPLE = 3                 # random genomes compiled beside DEFAULT, the extremes and the seeds
 SEEDS_FILE = Path(__file__).resolve().parent.parent / "experiments" / "seeds" / "rmsnorm_bwd_v3.json"
 SEEDS_V4 = SEEDS_FILE.with_name("rmsnorm_bwd_v4.json")
+SEEDS_V5 = SEEDS_FILE.with_name("rmsnorm_bwd_v5.json")
 DISPATCH_S12 = SEEDS_FILE.parents[2] / "results" / "archive" / "session12" / "callC" / "rmsnorm_bwd_dispatch.json"
 
 
@@ -48,7 +50,7 @@ def _cases():
 def test_space_is_registered_versioned_and_documented():
     assert load_space("rmsnorm_bwd") is SPACE and load_space("rmsnorm_bwd", "v1") is SPACES["v1"]
     assert load_space("rmsnorm_bwd", "v3") is SPACES["v3"]
-    assert SPACE is SPACES["v4"]
+    assert SPACE is SPACES["v5"] and load_space("rmsnorm_bwd", "v4") is SPACES["v4"]
     assert set(SPACES["v1"].names) < set(SPACES["v2"].names) < set(SPACES["v3"].names) < set(SPACE.names)
     assert len(SPACE.genes) >= 14 and len(SPACE.constraints) >= 8
     assert {"memory", "geometry", "reduce", "pipeline", "compile"} <= set(SPACE.groups())
@@ -60,20 +62,20 @@ def test_default_and_extremes_are_valid_and_cover_the_variants():
     assert gs[0] == DEFAULT and len({g.key for g in gs}) == len(gs)
     for g in gs:
         assert SPACE.is_valid(g), SPACE.violations(g)
-        assert register_demand_v3(g) <= register_demand_v4(g) <= register_cap(g)
+        assert register_demand_v5(g) <= register_cap(g)
     assert {g["dw_reduce"] for g in gs} == {"partials", "atomic"}
     assert {g["stages"] for g in gs} == {1, 2, 3, 4}
     assert {g["rstd_mode"] for g in gs} == {"load", "recompute"}
     assert {g["vec_bytes"] for g in gs} == {8, 16}
     assert {1, 4, 8, 16} <= {g["cluster"] for g in gs}
-    assert {g["staging"] for g in gs} == {"regs", "smem_async"}
+    assert {g["staging"] for g in gs} == {"regs", "smem_async", "l2"}
     assert any(g["staging"] == "smem_async" and g["stages"] == 2 for g in gs)
     assert {g["row_schedule"] for g in gs} == {"static", "dynamic"} and {g["dw_acc"] for g in gs} == {"regs", "smem"}
     assert {3, 4} <= {g["stages"] for g in gs}
     assert {g["dw_reduce"] for g in gs if g["row_schedule"] == "dynamic"} == {"partials", "atomic"}
-    assert {g["vector_loop"] for g in gs} == {"unrolled", "rolled"}
+    assert {g["vector_loop"] for g in gs} == {"unrolled", "rolled", "rolled4"}
     assert {g["cluster_exchange"] for g in gs} == {"barrier", "async"}
-    assert {g["staging"] for g in gs if g["cluster_exchange"] == "async"} == {"regs", "smem_async"}
+    assert {g["staging"] for g in gs if g["cluster_exchange"] == "async"} == {"regs", "smem_async", "l2"}
 
 
 def test_v3_stays_loadable_and_unchanged_under_v4():
@@ -117,6 +119,15 @@ def test_constraints_reject_invalid_combinations():
         dict(DEFAULT, cluster=1, cluster_exchange="async"),                # the exchange needs a cluster
         # register staging pays 16 registers for the async exchange (a sampled 128 x 7 spilled 52 bytes)
         dict(DEFAULT, cta_threads=128, chunks=7, cluster=4, min_blocks=3, dw_acc="smem", cluster_exchange="async"),
+        # v5: the L2 re-read needs lines that stay (no evict-first loads); rolled forms need shared state
+        dict(DEFAULT, staging="l2", load_cache="cs", dw_acc="smem"),
+        dict(DEFAULT, staging="l2", load_cache="nc_ef", dw_acc="smem"),
+        dict(DEFAULT, staging="l2", load_cache="default", vector_loop="rolled4", dw_acc="regs"),
+        dict(DEFAULT, staging="l2", load_cache="default", vector_loop="rolled4", dw_acc="smem", weight_regs=True),
+        dict(DEFAULT, stages=4, vector_loop="rolled4", dw_acc="smem"),  # register staging: neither
+        # rolled4 at 64 registers: its four vectors' loads need ~120 (ptxas: 110-114)
+        dict(DEFAULT, staging="l2", load_cache="default", dw_acc="smem", vector_loop="rolled4", cta_threads=1024,
+             chunks=2, cluster=16, ctas_per_sm=1),
     ]
     for values in bad:
         assert not SPACE.is_valid(values), values
@@ -492,11 +503,12 @@ def test_async_exchange_protocol_holds_in_any_interleaving():
 
 
 def main_smem_ok(g, geo, itemsize: int) -> bool:
-    staged = g["stages"] * geo.rows * geo.tpr * g["chunks"] * g["vec_bytes"] * 2 if g["staging"] != "regs" else 0
+    # (staging = l2, space v5, stages nothing in shared memory: the accumulators at most)
+    staged = g["stages"] * geo.rows * geo.tpr * g["chunks"] * g["vec_bytes"] * 2 if g["staging"] == "smem_async" else 0
     if g["dw_acc"] == "smem":
         want = staged + geo.rows * geo.tpr * g["chunks"] * (g["vec_bytes"] // itemsize) * 4
         return geo.shared_bytes == want and 0 < want <= 212 * 1024
-    if g["staging"] == "regs":
+    if g["staging"] != "smem_async":
         return geo.shared_bytes == 0
     return geo.shared_bytes == staged and 0 < staged <= 180 * 1024
 
@@ -582,6 +594,7 @@ def test_sample_compiles_without_spills_and_keeps_its_promises(tmp_path):
     genomes = FAM.sample_genomes(COMPILE_SAMPLE, 9)
     genomes += [g for g in (SPACE.make(s["genome"]) for s in _seeds()) if g not in genomes]
     genomes += [g for g in (SPACE.make(s["genome"]) for s in _seeds(SEEDS_V4)) if g not in genomes]
+    genomes += [g for g in (SPACE.make(s["genome"]) for s in _seeds(SEEDS_V5)) if g not in genomes]
     jobs = [(f"g{i}", FAMILY.render(g), g) for i, g in enumerate(genomes)]
     with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
         results = list(ex.map(lambda j: (j, _compile(tmp_path, j[0], j[1])), jobs))
@@ -685,3 +698,96 @@ def test_async_exchange_row_loop_has_no_fence_or_cluster_barrier(tmp_path):
         assert op in loops["barrier"] and op not in loops["async"], op
     assert "BAR.SYNC" not in loops["async"] and "STAS" in loops["async"]
     assert "SYNCS.ARRIVE.TRANS64" in loops["async"] and "SYNCS.PHASECHK.TRANS64" in loops["async"]
+
+
+# -- space v5: staging = l2, vector_loop = rolled4 ------------------------------------------------
+def _v5_new() -> list[dict]:
+    return [s for s in _seeds(SEEDS_V5) if s["genome"].get("staging") == "l2"]
+
+
+def test_v4_stays_loadable_and_unchanged_under_v5():
+    """Recorded runs name v4: its staging and vector_loop genes keep their options (no l2, no
+    rolled4), and every v4 seed has the same key in v5 and renders without the v5 defines."""
+    v4 = SPACES["v4"]
+    assert "l2" not in v4.gene("staging").options and "rolled4" not in v4.gene("vector_loop").options
+    assert set(SPACE.names) == set(v4.names)
+    for s in _seeds(SEEDS_V4):
+        old, new = v4.make(s["genome"]), SPACE.make(s["genome"])
+        assert old.key == new.key == s["key"]
+        head = FAMILY.render(new).split("// RMSNorm backward")[0]
+        assert "BWD_L2" not in head and "#define BWD_ROLLED 4" not in head
+    assert not v4.is_valid(dict(DEFAULT, staging="l2", dw_acc="smem"))
+
+
+def test_l2_staging_fits_131072_and_262144_at_two_ctas_per_sm():
+    """The point of staging = l2 (README "Session 13"): shared memory holds only the dw accumulators,
+    so a 2048-vector slice (131072 bf16 over 8 CTAs, 262144 over 16) runs two CTAs per SM, where the
+    same genome staged in shared memory needs 192 KB a CTA and cannot be placed twice."""
+    new = {s["name"]: SPACE.make(s["genome"]) for s in _v5_new()}
+    for name, N, M, C in (("l2_2sm_256x8_c8_s2", 131072, 16384, 8), ("l2_2sm_256x8_c16_s2", 262144, 8192, 16)):
+        g = new[name]
+        geo = FAM.geometry(g, M, N, "bf16")
+        assert geo is not None and geo.cluster == C and geo.tpr == 256 and geo.rows == 1
+        assert geo.shared_bytes == 256 * 8 * 8 * 4                    # the fp32 accumulators only
+        assert FAM.resident_ctas(g, 256, geo.shared_bytes) == 2 and geo.grid == 132 * 2 // C * C
+        staged = dict(g, staging="smem_async", vector_loop="unrolled")
+        assert not SPACE.is_valid(staged)                             # 192 KB of ring + accumulators
+        assert FAM.l2_bytes_held(g, M, N, "bf16") == geo.parts * g["stages"] * N * 2 * 2
+    assert FAM.l2_bytes_held(DEFAULT, 32768, 4096, "bf16") is None
+    assert "#define BWD_L2 1" in FAMILY.render(new["l2_2sm_256x8_c8_s2"])
+    assert "#define BWD_ROLLED 4" in FAMILY.render(new["l2_2sm_256x8_c8_s2"])
+
+
+def test_seeds_file_v5_carries_v4_and_adds_l2_genomes():
+    """experiments/seeds/rmsnorm_bwd_v5.json: every v4 seed under its key, then 3-5 staging = l2
+    genomes that launch every bf16/fp16 case of their widths clustered, each with a predicted
+    fraction of the roofline and the model's figures; the probe file is a subset of at most six
+    holding every new genome."""
+    v4 = _seeds(SEEDS_V4)
+    seeds = _seeds(SEEDS_V5)
+    assert [s["key"] for s in seeds[:len(v4)]] == [s["key"] for s in v4]
+    assert len({s["key"] for s in seeds}) == len(seeds)
+    new = _v5_new()
+    assert len(seeds) == len(v4) + len(new) and 3 <= len(new) <= 5
+    bench = FAMILY.benchmark_cases("quack:bf16,fp16,fp32")
+    for s in seeds:
+        g = SPACE.make(s["genome"])
+        assert SPACE.is_valid(g) and g.key == s["key"], s["name"]
+    for s in new:
+        g = SPACE.make(s["genome"])
+        assert re.search(r"0\.\d\d-0\.\d\d of the roofline", s["why"]), s["name"]
+        lo, hi = _widths(s["for_widths"])
+        hit = [c for c in bench if c.params["dtype"] != "fp32" and lo <= c.params["N"] <= hi]
+        assert hit and all((FAMILY.geometry(g, c) or FAM.Geometry(1, 0, 0, 0, 0, 0, 0, 0)).cluster > 1 for c in hit), s["name"]
+        for case in FAMILY.benchmark_cases("quack:bf16"):
+            M, N = case.params["M"], case.params["N"]
+            b, held = FAM.bytes_ahead_per_sm(g, M, N, "bf16"), FAM.l2_bytes_held(g, M, N, "bf16")
+            assert s["kib_ahead_per_sm_bf16"][str(N)] == (None if b is None else b // 1024)
+            assert s["l2_mib_held_bf16"][str(N)] == (None if held is None else round(held / 2**20, 1))
+    assert max(_widths(s["for_widths"])[1] for s in new) == 262144
+    probe = _seeds(SEEDS_V5.with_name("rmsnorm_bwd_v5_probe.json"))
+    assert len(probe) <= 6 and {s["key"] for s in new} <= {s["key"] for s in probe} <= {s["key"] for s in seeds}
+
+
+@pytest.mark.slow
+def test_l2_staging_row_loop_prefetches_and_reads_global_memory(tmp_path):
+    """The v5 allele in the SASS of the clustered bf16 entry of every l2 seed: bulk L2 prefetches
+    (UBLKPF.L2) and 128-bit global loads of x and dy in the row loop (around the mbarrier arm,
+    SYNCS.ARRIVE.TRANS64), no cp.async (LDGSTS) anywhere, no fence or cluster barrier in the loop,
+    no spills, registers within the cap and the v5 estimate."""
+    if shutil.which("nvcc") is None or _cuobjdump() is None:
+        pytest.skip("nvcc/cuobjdump not found")
+    for s in _v5_new():
+        g = SPACE.make(s["genome"])
+        rc, log, cubin = _compile(tmp_path, g.key[:8], FAMILY.render(g))
+        assert rc == 0, log[-2000:]
+        for fn, r in _report(log).items():
+            assert r["spill"] == 0 and r["stack"] == 0, (s["name"], fn, r)
+            if fn.startswith("rmsnorm_bwd_"):
+                assert r["registers"] <= min(register_cap(g), register_demand_v5(g)), (s["name"], fn, r)
+        sass = _sass(cubin, FAM.entry_name("bf16", g["cluster"]))
+        assert "LDGSTS" not in sass
+        loop = " ".join(_row_loop(sass, "SYNCS.ARRIVE.TRANS64"))
+        assert "UBLKPF.L2" in loop and "LDG.E.128" in loop and "STAS" in loop, s["name"]
+        for op in ("MEMBAR", "UCGABAR_ARV", "UCGABAR_WAIT", "CCTL.IVALL", "BAR.SYNC"):
+            assert op not in loop, (s["name"], op)

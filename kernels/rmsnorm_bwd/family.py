@@ -9,6 +9,8 @@
   a clustered launch of a row_schedule = dynamic genome (space v3) starts with bwd_sched_init
   (the row-group counter, and dw for atomics) instead: [init, main, reduce] | [init, main].
   cluster_exchange = async (space v4) changes only the clustered entry's code (BWD_XCHG_ASYNC).
+  staging = l2 (space v5): no staging buffers (dynamic shared memory = the dw accumulators only),
+  the same launches.
   None when the genome cannot hold a row (one CTA, or its cluster, cannot cover the row with
   `chunks` vectors per thread).
 
@@ -154,17 +156,32 @@ def bytes_ahead_per_sm(genome: Mapping[str, Any], M: int, N: int, dtype: str) ->
     """The template's bytes-in-flight model: x and dy bytes whose loads are outstanding on one SM
     while a row group is reduced (CTAs per SM x groups loaded ahead x rows x threads per row x
     chunks x 2 vectors), None when the genome cannot hold the row. Groups ahead: stages - 1 with
-    shared-memory staging (the ring), 1 for two register sets, 0 for one (the loads of a group are
-    issued only after the previous group's dx stores). Little's law turns it into a bound on the
+    shared-memory staging (the ring) or L2 prefetch (staging = l2: the bulk prefetches of the next
+    groups, in L2 instead of shared memory), 1 for two register sets, 0 for one (the loads of a
+    group are issued only after the previous group's dx stores). Little's law turns it into a bound on the
     read bandwidth: bytes ahead / DRAM latency under load (~1-1.5 us on the H200), to compare with
     the 2/3 x 4.3 TB/s / 132 = 21.5 GB/s of reads an SM must sustain at the add roofline."""
     geo = geometry(genome, M, N, dtype)
     if geo is None:
         return None
     g = genome
-    ahead = g["stages"] - 1 if g.get("staging", "regs") == "smem_async" else (1 if g["stages"] == 2 else 0)
+    ahead = g["stages"] - 1 if g.get("staging", "regs") != "regs" else (1 if g["stages"] == 2 else 0)
     per_sm = max(1, round(geo.grid / SM_COUNT))
     return per_sm * ahead * geo.rows * geo.tpr * g["chunks"] * g["vec_bytes"] * 2
+
+
+def l2_bytes_held(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> int | None:
+    """staging = l2: the x and dy bytes that must stay in L2 from their prefetch to pass 2's re-read,
+    all clusters together (clusters x stages x rows per group x the row's x and dy), None for other
+    genomes or when the genome cannot hold the row. To compare with the H200's 50 MB of L2 that
+    also streams every other line: DRAM moves ~29 MB in the two visits (~6.5 us at the roofline's
+    4.4 TB/s) between a row's prefetch and its re-read at stages 2, half that at stages 1."""
+    if genome.get("staging", "regs") != "l2":
+        return None
+    geo = geometry(genome, M, N, dtype)
+    if geo is None:
+        return None
+    return geo.parts * genome["stages"] * geo.rows * N * 2 * _ITEMSIZE[dtype]
 
 
 def reduce_geometry(genome: Mapping[str, Any], N: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -205,8 +222,10 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         out["BWD_SCHED_DYNAMIC"] = "1"
     if g.get("dw_acc", "regs") == "smem":
         out["BWD_DW_SMEM"] = "1"
-    if g.get("vector_loop", "unrolled") == "rolled":
-        out["BWD_ROLLED"] = "1"
+    if g.get("staging", "regs") == "l2":
+        out["BWD_L2"] = "1"
+    if g.get("vector_loop", "unrolled") in ("rolled", "rolled4"):
+        out["BWD_ROLLED"] = "1" if g["vector_loop"] == "rolled" else "4"
     if g.get("cluster_exchange", "barrier") == "async":
         out["BWD_XCHG_ASYNC"] = "1"
     return out
@@ -300,6 +319,8 @@ def promises(genome: Mapping[str, Any]) -> dict[str, Sequence[str]]:
     out: dict[str, Sequence[str]] = {"x_dy_loads": ld, "dx_stores": st}
     if g.get("staging", "regs") == "smem_async":
         out = {"cp_async": ["LDGSTS"], "shared_reads": ["LDS"], "dx_stores": st}
+    if g.get("staging", "regs") == "l2":
+        out["l2_bulk_prefetch"] = ["UBLKPF.L2"]
     if g["dw_reduce"] == "atomic":
         out["dw_atomics"] = ["REDG.E.ADD.F32"]
     if g["cluster"] > 1:
@@ -396,6 +417,14 @@ EXTREMES: tuple[dict[str, Any], ...] = (
          reduce_cols=128, reduce_threads=256, rstd_mode="recompute"),
     dict(DEFAULT, staging="smem_async", load_cache="default", stages=4, cta_threads=128, chunks=1, cluster=16,
          ctas_per_sm=4, row_schedule="dynamic", dw_acc="smem", store_cache="cs", cluster_exchange="async"),
+    # v5: x and dy through L2 (bulk prefetch, both passes ld.global): unclustered 8-byte vectors with
+    # a 3-deep prefetch queue, atomics, rstd recomputed and the loop rolled by 4; and a clustered one
+    dict(DEFAULT, staging="l2", load_cache="nc", vec_bytes=8, stages=3, cta_threads=128, chunks=4, cluster=1,
+         ctas_per_sm=4, dw_acc="smem", vector_loop="rolled4", dw_reduce="atomic", reduce_cols=128,
+         reduce_threads=256, rstd_mode="recompute"),
+    dict(DEFAULT, staging="l2", load_cache="default", stages=1, cta_threads=256, chunks=2, cluster=16,
+         ctas_per_sm=2, min_blocks=2, dw_acc="smem", row_schedule="dynamic", cluster_exchange="async",
+         store_cache="cs"),
 )
 
 

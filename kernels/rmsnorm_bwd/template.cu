@@ -24,7 +24,11 @@
 //   no __syncthreads, no barrier.cluster, hence no MEMBAR.ALL.GPU / CCTL.IVALL, per row group)
 //   BWD_DW_SMEM (space v3): the dw accumulators in dynamic shared memory (after the staging ring)
 //   BWD_ROLLED (space v3): the two passes loop over a thread's vectors without unrolling (needs
-//   BWD_DW_SMEM, BWD_STAGING and no weight in registers: nothing indexed by the vector is a register)
+//   BWD_DW_SMEM, BWD_STAGING or BWD_L2, and no weight in registers: nothing indexed by the vector is
+//   a register); BWD_ROLLED 4 (space v5): the same loop unrolled by 4 (four vectors' loads in flight)
+//   BWD_L2 (space v5): x and dy are not staged: one bulk L2 prefetch (cp.async.bulk.prefetch.L2,
+//   SASS UBLKPF) per row and tensor S - 1 groups ahead, both passes ld.global from L2 (pass 2 is a
+//   re-read), so a CTA's shared memory holds only the dw accumulators and more CTAs fit an SM
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 
@@ -48,19 +52,29 @@
 #ifndef BWD_XCHG_ASYNC
 #define BWD_XCHG_ASYNC 0       // space v4: 1 = clustered row sums exchanged by st.async + mbarrier
 #endif
-#if BWD_ROLLED && !(BWD_DW_SMEM && BWD_STAGING && !BWD_WEIGHT_REGS)
-#error "rolled vector loops need dw in shared memory, shared-memory staging and the weight re-read"
+#ifndef BWD_L2
+#define BWD_L2 0               // space v5: 1 = x and dy prefetched into L2 and read from it in both passes
+#endif
+#if BWD_L2 && BWD_STAGING
+#error "BWD_L2 replaces staging: x and dy are not copied into shared memory"
+#endif
+#if BWD_ROLLED && !(BWD_DW_SMEM && (BWD_STAGING || BWD_L2) && !BWD_WEIGHT_REGS)
+#error "rolled vector loops need dw in shared memory, x and dy re-read (shared memory or L2) and the weight re-read"
 #endif
 #if BWD_ROLLED
 // a rolled loop must not index a register array by the vector: ownership is recomputed
 #define BWD_OWN(j) (v0 + tx + (j) * tpr < v1)
+#if BWD_ROLLED == 4
+#define BWD_VLOOP _Pragma("unroll 4")
+#else
 #define BWD_VLOOP _Pragma("unroll 1")
+#endif
 #else
 #define BWD_OWN(j) own[j]
 #define BWD_VLOOP _Pragma("unroll")
 #endif
-#if BWD_STAGES > 2 && !BWD_STAGING
-#error "more than two stages need shared-memory staging (BWD_STAGING 1)"
+#if BWD_STAGES > 2 && !BWD_STAGING && !BWD_L2
+#error "more than two stages need shared-memory staging (BWD_STAGING 1) or L2 prefetch (BWD_L2 1)"
 #endif
 
 #define BWD_NW (BWD_VEC_BYTES / 4)                     // 32-bit words per vector
@@ -187,6 +201,13 @@ __device__ __forceinline__ void cp_async_vec(uint32_t* dst, const void* src, uin
   asm volatile(BWD_CPASYNC " [%0], [%1], %2, %3;" :: "r"(d), "l"(src), "n"(BWD_VEC_BYTES), "l"(pol) : "memory");
 #endif
 #endif
+}
+
+// space v5: `bytes` (a multiple of 16) from global memory into L2, no completion to wait for (the
+// loads that follow find the lines there, or fetch them themselves: a late prefetch costs nothing
+// but the duplicate request); one instruction per row slice and tensor, issued by one thread
+__device__ __forceinline__ void l2_prefetch_bulk(const void* p, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -534,7 +555,33 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
     for (int q = 0; q < S; ++q) gq[q] = gst[q];
   }
 #endif
-#if !BWD_STAGING
+#if BWD_L2
+  // x and dy not staged (space v5): thread 0 of each row prefetches the CTA's slice of the row into
+  // L2 (both tensors, one bulk prefetch each) S - 1 visits ahead; both passes load every vector
+  // from global memory (pass 2 a re-read of what pass 1 brought into L2, and possibly L1)
+  auto load_rows = [&](int g, float& r) {
+    const int row = g * R + ty;
+    const bool ok = row < M;
+    if (ok && tx == 0 && v1 > v0) {
+      const size_t off = (size_t)row * (size_t)N + (size_t)v0 * E;
+      const unsigned bytes = (unsigned)((v1 - v0) * E * sizeof(T));
+      l2_prefetch_bulk(x + off, bytes);
+      l2_prefetch_bulk(dy + off, bytes);
+    }
+#if !BWD_RECOMPUTE
+    r = ok ? ld_rstd(rstd + row) : 0.f;
+#endif
+  };
+#define BWD_FETCH(j)                                                                              \
+  uint32_t xv[BWD_NW], dv[BWD_NW];                                                                \
+  if (live && BWD_OWN(j)) {                                                                       \
+    const size_t off_ = (size_t)row * (size_t)N + (size_t)(v0 + tx + (j) * tpr) * E;              \
+    ld_vec(xv, x + off_, pol);                                                                    \
+    ld_vec(dv, dy + off_, pol);                                                                   \
+  } else {                                                                                        \
+    _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) xv[q] = dv[q] = 0u;                        \
+  }
+#elif !BWD_STAGING
   // x and dy of the thread's vectors in registers (stages 2: the next row group's in a second set)
   uint32_t xa[K][BWD_NW], da[K][BWD_NW];
   auto load_rows = [&](int g, uint32_t (*xv)[BWD_NW], uint32_t (*dv)[BWD_NW], float& r) {
@@ -593,7 +640,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
 
   int par = 0;
-#if BWD_STAGING
+#if BWD_L2
+  // prologue: the first S - 1 groups prefetched (their rstd queued)
+#pragma unroll
+  for (int q = 0; q < S - 1; ++q) load_rows(gq[q], rq[q]);
+#elif BWD_STAGING
   // prologue: the first S - 1 groups into buffers 0 .. S - 2 (one commit group each)
 #pragma unroll
   for (int q = 0; q < S - 1; ++q) load_rows(gq[q], q, rq[q]);
@@ -606,7 +657,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #if BWD_SCHED_DYNAMIC
     const int nxt = (dyn && rank == 0 && tx == 0 && ty == 0) ? fetch_groups(BWD_CTR, 1) : 0;
 #endif
-#if BWD_STAGING
+#if BWD_L2
+    load_rows(gq[S - 1], rq[S - 1]);             // S - 1 groups ahead (S = 1: this group's own)
+#elif BWD_STAGING
     {
       const int lb = sb == 0 ? S - 1 : sb - 1;  // (sb + S - 1) % S: the buffer the last visit read
       load_rows(gq[S - 1], lb, rq[S - 1]);       // always one commit group (empty past the end) ...
@@ -715,7 +768,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
       if (live && BWD_OWN(j)) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
     }
-#if BWD_STAGES == 2 && !BWD_STAGING
+#if BWD_STAGES == 2 && !BWD_STAGING && !BWD_L2
 #pragma unroll
     for (int j = 0; j < K; ++j)
 #pragma unroll

@@ -76,14 +76,20 @@ SPACE_V4 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V3.genes + (REC_
 #: P2, each a dependent global round trip) at too few CTAs to hide them. `lean` takes those off:
 #: w shares kp/km's shared memory (dead after A and Aqk), so the all-bf16 prep fits 4 CTAs per SM;
 #: beta is loaded beside q, k, g; the slot's sequence is found by one parallel pass over cu_seqlens.
+#: `compact` also writes qd, kd, kr over the raw q, k, g they are made from (one tile each: the
+#: all-bf16 precision only): 42 KB, 5 CTAs per SM if its registers fit 48 a thread.
 #: Same operations, same order: outputs equal v3's prep bit for bit. Legacy v3: v4's kernel.
-PREP = Choice("prep", options=("v3", "lean"), group="structure", legacy="v3",
+PREP = Choice("prep", options=("v3", "lean", "compact"), group="structure", legacy="v3",
               doc="v3: kda_prep as in v3 | lean: w aliased over kp/km (4 CTAs per SM where the precision's "
-                  "tiles fit, else 3), beta loaded with q/k/g, the slot's sequence in one parallel pass "
+                  "tiles fit, else 3), beta loaded with q/k/g, the slot's sequence in one parallel pass | "
+                  "compact: lean with qd, kd, kr over q, k, g (5 CTAs per SM; split_w and split_intra off) "
                   "(kernels = split only); v5")
 V5_CONSTRAINTS = V4_CONSTRAINTS + (
-    implies("lean_prep_needs_split_kernels", ("prep", "kernels"), lambda v: v["prep"] == "lean",
+    implies("lean_prep_needs_split_kernels", ("prep", "kernels"), lambda v: v["prep"] != "v3",
             lambda v: v["kernels"] == "split", "only the split pair has a kda_prep"),
+    implies("compact_prep_needs_one_tile_operands", ("prep", "split_w", "split_intra"), lambda v: v["prep"] == "compact",
+            lambda v: not v["split_w"] and not v["split_intra"], "the compact kda_prep overlays one tile each of qd, "
+            "kd, kr on the q, k, g stage; split w or intra-chunk operands are two"),
 )
 SPACE_V5 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V4.genes + (PREP,), constraints=V5_CONSTRAINTS)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5}
@@ -111,11 +117,15 @@ NAMED = {
                                      rec_v_split=2)),
     "split-bf16-v4": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
                                      rec_v_split=4)),
-    # v5: split-bf16 and split-bf16-v2 with the lean kda_prep (outputs equal theirs)
+    # v5: split-bf16 and split-bf16-v2 with the lean and compact kda_prep (outputs equal theirs)
     "split-bf16-lean": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
                                        prep="lean")),
     "split-bf16-v2-lean": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
                                           rec_v_split=2, prep="lean")),
+    "split-bf16-compact": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
+                                          prep="compact")),
+    "split-bf16-v2-compact": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                             kernels="split", rec_v_split=2, prep="compact")),
 }
 
 __all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PREP", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2",

@@ -226,17 +226,18 @@ def test_lean_prep_passes_the_judge_on_check_and_smoke_cases(tmp_path, cp):
     """v5's prep = lean (w in kp/km's shared memory, every global read issued before the one wait,
     the slot's sequence by kda_slot_owner's parallel pass) through the whole judge: CHECK (40
     sequences, empty and one-token ones, gap slots: the pass and the early return) and BENCH on the
-    smoke matrix; at 4 CTAs per SM (split-bf16-v2-lean) and at 3 (DEFAULT's precision, all split)."""
+    smoke matrix; at 4 CTAs per SM (split-bf16-v2-lean), at 3 (DEFAULT's precision, all split) and
+    compact's 5 (qd, kd, kr over the raw q, k, g)."""
     from genomes.kda import NAMED, SPACE
 
-    genomes = [NAMED["split-bf16-v2-lean"], SPACE.make(dict(NAMED["split"], prep="lean"))]
+    genomes = [NAMED["split-bf16-v2-lean"], SPACE.make(dict(NAMED["split"], prep="lean")), NAMED["split-bf16-compact"]]
     _assert_all_ok(genomes, _judge(genomes, "smoke", tmp_path, baselines=("flashkda",)))
 
 
-@pytest.mark.parametrize("precision", ["split-bf16", "split"])
-def test_lean_prep_equals_v3_prep(tmp_path, cp, precision):
+@pytest.mark.parametrize("precision,prep", [("split-bf16", "lean"), ("split", "lean"), ("split-bf16", "compact")])
+def test_lean_prep_equals_v3_prep(tmp_path, cp, precision, prep):
     """The lean kda_prep runs v3's operations on the same tiles (tests/test_kda_template.py: the same
-    FP and HMMA instructions), only its loads and shared-memory places differ: o and the final state
+    FP and HMMA instructions; compact too), only its loads and shared-memory places differ: o and the final state
     should equal v3's bit for bit (asserted as the twins' tests: at most 1 element in 10^4, rel RMS
     < 1e-3; w overwriting kp / km too early, or a wrong slot owner, moves whole tiles by O(1))."""
     from fitness.compile import Compiler
@@ -244,7 +245,7 @@ def test_lean_prep_equals_v3_prep(tmp_path, cp, precision):
     from genomes.kda import NAMED, SPACE
 
     base = NAMED[precision]
-    lean = SPACE.make(dict(base, prep="lean"))
+    lean = SPACE.make(dict(base, prep=prep))
     backend = CupyBackend()
     modules = {}
     for g in (base, lean):
@@ -261,7 +262,7 @@ def test_lean_prep_equals_v3_prep(tmp_path, cp, precision):
             xa, xb = dtypes.to_float64(x, dt), dtypes.to_float64(b[name], dt)
             differ = int((x != b[name]).sum())
             rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
-            print("lean", precision, case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
+            print(prep, precision, case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
             assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
 
 

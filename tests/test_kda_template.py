@@ -22,7 +22,7 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 def test_space_is_registered_and_default_is_in_it():
     from genomes.kda import SPACE_V1, SPACE_V2, SPACE_V3, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 384 and SPACES["v4"].size() == 192
+    assert load_space("kda") is SPACE and SPACE.size() == 576 and SPACES["v4"].size() == 192
     assert SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
     assert SPACE_V3.names == SPACE.names[:-2] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
     assert DEFAULT.key == SPACE_V3.make({k: DEFAULT[k] for k in SPACE_V3.names}).key
@@ -99,8 +99,9 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     assert len({NAMED[n].key for n in ("split-bf16", "split-bf16-v2", "split-bf16-v4")}) == 3
     assert not SPACE.is_valid(dict(DEFAULT, rec_v_split=2)) and SPACE.is_valid(dict(DEFAULT, kernels="split", rec_v_split=4))
     assert all(g["kernels"] == "split" for g in SPACE.enumerate() if g["rec_v_split"] > 1)
-    # v3's 64 and 2 x its 32 split genomes (v4), and v4's 96 split genomes again with prep = lean (v5)
-    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96
+    # v3's 64 and 2 x its 32 split genomes (v4); v4's 96 split genomes again with prep = lean, and
+    # its 24 with one-tile operands (split_w, split_intra off) with prep = compact (v5)
+    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])
@@ -155,6 +156,13 @@ def test_lean_prep_keeps_v4_keys_needs_the_split_pair_and_fits_four_ctas_per_sm(
                 (prep3.kernel, prep3.grid, prep3.block, prep3.args)
             assert prep.shared_bytes == fam.prep_smem_bytes(g) < prep3.shared_bytes
     assert fam.prep_min_blocks(lean) == 4 and fam.prep_min_blocks(SPACE.make(dict(SPLIT, prep="lean"))) == 3
+    # compact: lean less qd, kd, kr (over the stage's q, k, g): 42,000 bytes, 5 CTAs per SM; one-tile operands only
+    compact = NAMED["split-bf16-compact"]
+    assert dict(compact) == dict(lean) | {"prep": "compact"} and "#define KDA_PREP_LEAN 2\n" in FAMILY.render(compact)
+    assert fam.prep_smem_bytes(compact) == fam.prep_smem_bytes(lean) - 3 * 16 * 136 * 2 == 42000
+    assert fam.prep_min_blocks(compact) == 5 and 5 * (42000 + 1024) <= 233472 < 6 * (42000 + 1024)
+    assert not SPACE.is_valid(dict(compact, split_intra=True)) and not SPACE.is_valid(dict(compact, split_w=True))
+    assert not SPACE.is_valid(dict(compact, kernels="fused"))
 
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
@@ -195,8 +203,8 @@ def _prep_sass(genome, tmp_path):
     return res, [ln.split("*/", 1)[1].split(";")[0].strip() for ln in text.splitlines() if ln.strip().startswith("/*") and ";" in ln]
 
 
-@pytest.mark.parametrize("name", ["split-bf16", "split"])
-def test_lean_prep_has_v3s_arithmetic_and_waits_for_every_global_read_at_once(tmp_path, name):
+@pytest.mark.parametrize("name,prep", [("split-bf16", "lean"), ("split", "lean"), ("split-bf16", "compact")])
+def test_lean_prep_has_v3s_arithmetic_and_waits_for_every_global_read_at_once(tmp_path, name, prep):
     """The lean kda_prep's SASS: the same floating-point and tensor-core instructions as v3's (the
     same operations: the outputs should be bit for bit v3's, tests/test_kda_gpu.py checks), and no
     global load after its one cp.async wait (v3 still reads beta there, a round trip on the chain)."""
@@ -204,16 +212,16 @@ def test_lean_prep_has_v3s_arithmetic_and_waits_for_every_global_read_at_once(tm
     import re
 
     v3 = NAMED[name]
-    lean = SPACE.make(dict(v3, prep="lean"))
+    lean = SPACE.make(dict(v3, prep=prep))
     counts, late = {}, {}
     for g in (v3, lean):
-        res, lines = _prep_sass(g, tmp_path / g["prep"])
+        _, lines = _prep_sass(g, tmp_path / g["prep"])
         ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0] for x in lines)
         counts[g["prep"]] = {k: ops[k] for k in ("HMMA", "FFMA", "FMUL", "FADD", "MUFU", "LDGSTS")}
         wait = next(i for i, x in enumerate(lines) if x.startswith("DEPBAR.LE"))
         late[g["prep"]] = [x for x in lines[wait:] if re.search(r"\bLDG\.", x)]
-    assert counts["lean"] == counts["v3"] and counts["v3"]["HMMA"] > 0
-    assert late["lean"] == [] and len(late["v3"]) == 1 and "U16" in late["v3"][0]
+    assert counts[prep] == counts["v3"] and counts["v3"]["HMMA"] > 0
+    assert late[prep] == [] and len(late["v3"]) == 1 and "U16" in late["v3"][0]
 
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
@@ -335,11 +343,11 @@ def test_slot_sequence_inverts_the_models_slot_map():
                                     dict(DEFAULT, split_w=True, order="longest_first", kernels="split"),
                                     dict(NAMED["split-bf16-v2"]), dict(NAMED["split-bf16-v4"]),
                                     dict(DEFAULT, split_w=True, order="longest_first", kernels="split", rec_v_split=2),
-                                    dict(NAMED["split-bf16-v2-lean"]),
+                                    dict(NAMED["split-bf16-v2-lean"]), dict(NAMED["split-bf16-v2-compact"]),
                                     dict(DEFAULT, split_w=True, order="longest_first", kernels="split", prep="lean")],
                          ids=["default", "all-bf16", "all-split", "longest-first", "split", "split-bf16",
                               "split-all-split-longest", "split-bf16-v2", "split-bf16-v4", "split-all-split-longest-v2",
-                              "split-bf16-v2-lean", "split-all-split-longest-lean"])
+                              "split-bf16-v2-lean", "split-bf16-v2-compact", "split-all-split-longest-lean"])
 def test_compiles_without_spills_and_keeps_its_promises(tmp_path, values):
     """nvcc for sm_90a through the judge's compiler; the static_assert on sizeof(KdaSmem) makes
     the compile fail if family.smem_bytes disagrees with the template's layout."""

@@ -24,7 +24,8 @@ h s + slice (the slices of one head adjacent, so they read its records about tog
 
 `prep = lean` (v5, split only): kda_prep with w in kp/km's shared memory (`prep_smem_bytes`: 4
 CTAs per SM for the all-bf16 tiles, `prep_min_blocks`), beta loaded beside q, k, g and the
-slot's sequence in one parallel pass over cu_seqlens; same grid, block and arithmetic.
+slot's sequence in one parallel pass over cu_seqlens; `compact` also writes qd, kd, kr over the
+raw q, k, g (all-bf16 tiles only: 5 CTAs per SM); same grid, block and arithmetic.
 """
 
 from __future__ import annotations
@@ -67,29 +68,42 @@ def smem_bytes(genome: Mapping[str, Any]) -> int:
             + 2 * ni * _CHUNK * _ROW16 * 2 + 2 * _D * 4 + 3 * _CHUNK * 4)
 
 
+PREP_MODES = {"v3": 0, "lean": 1, "compact": 2}        # template.cu's KDA_PREP_LEAN
+
+
+def prep_mode(genome: Mapping[str, Any]) -> int:
+    """Gene prep (v5; v3 before it) as template.cu's KDA_PREP_LEAN: 0 v3, 1 lean, 2 compact."""
+    return PREP_MODES[dict(genome).get("prep", "v3")]
+
+
 def prep_lean(genome: Mapping[str, Any]) -> bool:
-    """Gene prep = lean (v5; v3 before it)."""
-    return dict(genome).get("prep", "v3") == "lean"
+    """The lean prep's loads and layout (prep = lean, or compact, which adds to it)."""
+    return prep_mode(genome) > 0
 
 
 def prep_smem_bytes(genome: Mapping[str, Any]) -> int:
     """Bytes of template.cu's KdaPrepSmem (kda_prep): KdaSmem less the second stage, v and o; the
     lean prep (v5) also less w's NW tiles, which share kp/km's 2 NI (never fewer), plus the 16
-    bytes where its parallel pass leaves the slot's sequence."""
+    bytes where its parallel pass leaves the slot's sequence; the compact one (NW = 1) also less qd,
+    kd and kr, which share the raw q, k and g's stage."""
     nw, _ = _tiles(genome)
-    return smem_bytes(genome) - _STAGE - _TILE - _TILE - ((nw * _TILE - 16) if prep_lean(genome) else 0)
+    mode = prep_mode(genome)
+    return (smem_bytes(genome) - _STAGE - _TILE - _TILE - ((nw * _TILE - 16) if mode else 0)
+            - (3 * _TILE if mode == 2 else 0))
 
 
-#: kda_prep's registers at 4 CTAs of 256 threads per SM (65536 / 1024); v3's prep compiles to 50
-PREP_MAX_BLOCKS, SM_SHARED_BYTES, SM_CTA_RESERVED_BYTES = 4, 233472, 1024
+#: the most kda_prep CTAs per SM asked of the registers: lean 4 (64 a thread; v3's prep compiles to
+#: 50), compact 5 (48); the H200's shared memory per SM and what the runtime reserves per CTA
+PREP_MAX_BLOCKS, SM_SHARED_BYTES, SM_CTA_RESERVED_BYTES = {1: 4, 2: 5}, 233472, 1024
 
 
 def prep_min_blocks(genome: Mapping[str, Any]) -> int:
     """kda_prep's __launch_bounds__ minimum CTAs per SM (template.cu's KDA_PREP_MIN_BLOCKS): v3's 3;
-    the lean prep as many as its shared memory allows, at most 4 (64 registers a thread)."""
-    if not prep_lean(genome):
+    the lean and compact preps as many as their shared memory allows, at most PREP_MAX_BLOCKS."""
+    mode = prep_mode(genome)
+    if not mode:
         return 3
-    return max(1, min(PREP_MAX_BLOCKS, SM_SHARED_BYTES // (prep_smem_bytes(genome) + SM_CTA_RESERVED_BYTES)))
+    return max(1, min(PREP_MAX_BLOCKS[mode], SM_SHARED_BYTES // (prep_smem_bytes(genome) + SM_CTA_RESERVED_BYTES)))
 
 
 def rec_bytes(genome: Mapping[str, Any]) -> int:
@@ -141,7 +155,7 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
             "KDA_ORDER_LONGEST": str(int(dict(g).get("order", "index") == "longest_first")),
             "KDA_SMEM_BYTES": str(smem_bytes(g)), "KDA_PREP_SMEM_BYTES": str(prep_smem_bytes(g)),
             "KDA_REC_SMEM_BYTES": str(rec_smem_bytes(g)), "KDA_REC_BYTES_HOST": str(rec_bytes(g)),
-            "KDA_REC_V_SPLIT": str(rec_v_split(g)), "KDA_PREP_LEAN": str(int(prep_lean(g))),
+            "KDA_REC_V_SPLIT": str(rec_v_split(g)), "KDA_PREP_LEAN": str(prep_mode(g)),
             "KDA_PREP_MIN_BLOCKS": str(prep_min_blocks(g))}
 
 

@@ -179,7 +179,7 @@ def split_time_ms(lens, H: int, t_lat_us: float, k1_ms: float, *, split_v: int =
 def slot_schedule(lens, H: int, order: str = "index", sms: int = SMS, split_v: int = 1, per_sm: int = 1) -> tuple[int, int]:
     """wave_makespan's list schedule, and how many CTAs the busiest slot ran: (token-steps, CTAs) of
     the slot with the most token-steps (of those, the most CTAs)."""
-    import heapq  # noqa: PLC0415
+    import heapq
 
     free = [(0, 0)] * (int(sms) * int(per_sm))
     for n in sequence_order(lens, order):
@@ -206,6 +206,17 @@ SESSION13_MS = {
     "fixed/H96": (1.394, 1.397), "mixed/H96": (1.380, 1.401), "uniform/H96": (1.348, 1.289),
     "fixed/H64": (1.116, 0.926), "mixed/H64": (0.994, 1.015), "uniform/H64": (0.904, 0.869),
 }
+
+
+#: PREDICTIONS (session 13, before any device run): kda_prep's cost per CTA relative to v3's for gene
+#: prep (v5), as (low, central, high). Model: v3's prep CTA lives 3 x 132 x prep_us = 6.9 us at 3
+#: per SM; the lean prep takes ~1 DRAM round trip (beta, ~0.7 us) and ~0.3-0.6 us of L2 trips
+#: (dt_bias / A_log before the loads; the binary search, 3 reads at N = 6-8) off it: 0.80-0.87x as
+#: long; it is issued ~1.3 us of an SM per CTA (SASS: ~10k warp instructions / 4 sub-partitions,
+#: an estimate; 0.55x of v3's 2.31 us) and no CTA count gets under that. lean: 4 per SM, life-bound
+#: 0.75 x (0.80-0.87) = 0.60-0.65, issue-bound >= 0.55, the two mixed: 0.62-0.80; compact: 5 per
+#: SM, life-bound 0.48-0.52, so issue-bound: 0.55-0.72.
+PREP_SCALE_PREDICTED = {"v3": (1.0, 1.0, 1.0), "lean": (0.62, 0.70, 0.80), "compact": (0.55, 0.62, 0.72)}
 
 
 def split_fit_terms(lens, H: int, split_v: int = 1, order: str = "index") -> tuple[float, float, float, float]:
@@ -250,6 +261,6 @@ def workspace_slots(lens) -> list[list[int]]:
     return out
 
 
-__all__ = ["CHUNK", "REC_LOOP_SASS", "REC_RESIDENT", "SESSION13_MS", "SPLIT_FIT", "chunk_model", "fit_split_model", "rec_chunk_us", "rec_grid",
+__all__ = ["CHUNK", "REC_LOOP_SASS", "PREP_SCALE_PREDICTED", "REC_RESIDENT", "SESSION13_MS", "SPLIT_FIT", "chunk_model", "fit_split_model", "rec_chunk_us", "rec_grid",
            "resident_ctas", "sequence_order", "slot_schedule", "split_fit_ms", "split_fit_terms", "split_time_ms",
            "wave_makespan", "workspace_slots"]

@@ -36,11 +36,13 @@
 // (head, sequence)) or split (KDA_PREP_ENTRY + KDA_REC_ENTRY: kda_prep does P2-P7 of every
 // (chunk, head) at once into a workspace, kda_rec_<state> only P8 per chunk: see "the split pair").
 //
-// Prep (KDA_PREP_LEAN, 0 or 1; gene prep, v5): kda_prep as in v3, or lean: w shares kp/km's shared
-// memory (dead once A and Aqk are made), so the all-bf16 tiles fit 4 CTAs per SM
+// Prep (KDA_PREP_LEAN, 0, 1 or 2; gene prep, v5): kda_prep as in v3 (0), or lean (1): w shares
+// kp/km's shared memory (dead once A and Aqk are made), so the all-bf16 tiles fit 4 CTAs per SM
 // (KDA_PREP_MIN_BLOCKS, family.prep_min_blocks); every global load of the CTA (q, k, g, beta,
 // dt_bias, A_log) is issued before any is waited for; the slot's sequence comes from one parallel
-// pass over cu_seqlens (kda_slot_owner) instead of log2 N dependent reads. Same arithmetic.
+// pass over cu_seqlens (kda_slot_owner) instead of log2 N dependent reads. Or compact (2, one tile
+// each of qd, kp, km): lean, and qd, kd, kr written over the raw q, k, g: 5 CTAs per SM. Same
+// arithmetic in all three.
 //
 // Order (KDA_ORDER_LONGEST, 0 or 1): which sequence the CTAs of grid row blockIdx.y run. 0: the
 // blockIdx.y-th; 1: the blockIdx.y-th longest (ties: the lower index first), so the longest
@@ -579,10 +581,22 @@ struct KdaPrepStage {                    // kda_prep's raw inputs (no v)
     float g[KDA_CHUNK][KDA_D];
 };
 struct KdaPrepSmem {                     // KdaSmem less the second stage, v and o
+#if KDA_PREP_LEAN == 2
+    union {                              // compact (NW = NI = 1): P4 writes qd, kd over the q, k it reads
+        KdaPrepStage stage;              // (each thread its own elements) and kr over g (dead after P2)
+        struct {
+            bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];
+            bf16_bits kd[KDA_CHUNK][KDA_ROW];
+            bf16_bits kr[KDA_CHUNK][KDA_ROW];
+        };
+    };
+    float G[KDA_CHUNK][KDA_D];
+#else
     KdaPrepStage stage;
     float G[KDA_CHUNK][KDA_D];
     bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];
     bf16_bits kd[KDA_CHUNK][KDA_ROW];
+#endif
     bf16_bits qp[KDA_NI][KDA_CHUNK][KDA_ROW];
 #if KDA_PREP_LEAN
     union {                              // kp, km: read by P5 only; w: written by P7 (after S5, S6)
@@ -596,7 +610,9 @@ struct KdaPrepSmem {                     // KdaSmem less the second stage, v and
     bf16_bits kp[KDA_NI][KDA_CHUNK][KDA_ROW];
     bf16_bits km[KDA_NI][KDA_CHUNK][KDA_ROW];
 #endif
+#if KDA_PREP_LEAN != 2
     bf16_bits kr[KDA_CHUNK][KDA_ROW];
+#endif
 #if !KDA_PREP_LEAN
     bf16_bits w[KDA_NW][KDA_CHUNK][KDA_ROW];
 #endif
@@ -623,6 +639,7 @@ struct KdaRecSmem {
     KdaRecStage stage[KDA_REC_STAGES];
     bf16_bits o[2][KDA_CHUNK][KDA_REC_VROW];  // output staging (this CTA's V slice), alternating chunks
 };
+static_assert(KDA_PREP_LEAN != 2 || (KDA_NW == 1 && KDA_NI == 1), "the compact kda_prep holds one tile of qd, kp, km");
 static_assert(sizeof(KdaPrepSmem) == KDA_PREP_SMEM_BYTES, "kernels/kda/family.py's kda_prep shared-memory size disagrees");
 static_assert(sizeof(KdaRecSmem) == KDA_REC_SMEM_BYTES, "kernels/kda/family.py's kda_rec shared-memory size disagrees");
 static_assert(KDA_REC_BYTES % 16 == 0 && KDA_REC_BYTES == KDA_REC_BYTES_HOST, "kernels/kda/family.py's record size disagrees");

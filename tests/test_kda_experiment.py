@@ -1,0 +1,44 @@
+"""experiments/kda_fwd_h200.toml, the KDA search's config, on the CPU: it loads and passes the
+engine's environment checks, judges what the issue asks (FlashKDA's six scenarios, the worst
+one's speedup over FlashKDA, a stop at 1.3x), and its first population's region is the split
+pair with v5's kda_prep that the README's model puts first, device genomes included."""
+
+from __future__ import annotations
+
+import random
+
+from fitness.family import load_family
+from genomes.kda import NAMED, SPACE
+
+from tests.conftest import REPO
+
+CONFIG = REPO / "experiments" / "kda_fwd_h200.toml"
+
+
+def test_config_loads_and_names_the_issues_target():
+    from evo.config import load_config
+    from evo.evaluators import check_environment
+
+    cfg = load_config(CONFIG)
+    check_environment(cfg)
+    family = load_family(cfg.experiment.family)
+    cases = family.benchmark_cases(cfg.benchmark.matrix)
+    assert sorted(c.id for c in cases) == sorted(c.id for c in family.benchmark_cases("flashkda")) and len(cases) == 6
+    assert cfg.objective.metric == "min_speedup" and cfg.budget.target == 1.3
+    assert cfg.objective.baseline in {b.name for b in family.baselines()}
+    assert cfg.experiment.space_version == "v5" and cfg.evaluator.kind == "gpu" and cfg.benchmark.check
+
+
+def test_first_population_region_is_the_split_pair_with_v5s_prep():
+    from evo.config import load_config
+
+    cfg = load_config(CONFIG)
+    region = cfg.search.init_within
+    inside = [g for g in SPACE.enumerate() if all(g[k] in v for k, v in region.items())]
+    # every rec_v_split, order, split_s and split_u, both new preps: 3 x 2 x 2 x 2 x 2
+    assert len(inside) == 48 and all(g["kernels"] == "split" and g["prep"] != "v3" for g in inside)
+    keys = {g.key for g in inside}
+    for name in ("split-bf16-compact", "split-bf16-v2-compact", "split-bf16-v2-lean", "split-bf16-lean"):
+        assert NAMED[name].key in keys, name
+    drawn = [SPACE.sample(random.Random(cfg.experiment.seed + i), within=region) for i in range(8)]
+    assert all(g.key in keys for g in drawn)

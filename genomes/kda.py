@@ -75,13 +75,15 @@ SPACE_V4 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V3.genes + (REC_
 #: latencies (the slot's sequence by a binary search over cu_seqlens, then q/k/g, then beta inside
 #: P2, each a dependent global round trip) at too few CTAs to hide them. `lean` takes those off:
 #: w shares kp/km's shared memory (dead after A and Aqk), so the all-bf16 prep fits 4 CTAs per SM;
-#: beta is loaded beside q, k, g; the slot's sequence is found by one parallel pass over cu_seqlens.
+#: beta is loaded beside q, k, g; the slot's sequence is found by one parallel pass over cu_seqlens;
+#: the gate and the decayed operands go in bf16 pairs (~7.9k warp instructions a CTA for ~10.1k).
 #: `compact` also writes qd, kd, kr over the raw q, k, g they are made from (one tile each: the
 #: all-bf16 precision only): 42 KB, 5 CTAs per SM if its registers fit 48 a thread.
 #: Same operations, same order: outputs equal v3's prep bit for bit. Legacy v3: v4's kernel.
 PREP = Choice("prep", options=("v3", "lean", "compact"), group="structure", legacy="v3",
               doc="v3: kda_prep as in v3 | lean: w aliased over kp/km (4 CTAs per SM where the precision's "
-                  "tiles fit, else 3), beta loaded with q/k/g, the slot's sequence in one parallel pass | "
+                  "tiles fit, else 3), beta loaded with q/k/g, the slot's sequence in one parallel pass, "
+                  "the gate and decayed operands two channels a thread | "
                   "compact: lean with qd, kd, kr over q, k, g (5 CTAs per SM; split_w and split_intra off) "
                   "(kernels = split only); v5")
 V5_CONSTRAINTS = V4_CONSTRAINTS + (

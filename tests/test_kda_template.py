@@ -206,21 +206,24 @@ def _prep_sass(genome, tmp_path):
 @pytest.mark.parametrize("name,prep", [("split-bf16", "lean"), ("split", "lean"), ("split-bf16", "compact")])
 def test_lean_prep_has_v3s_arithmetic_and_waits_for_every_global_read_at_once(tmp_path, name, prep):
     """The lean kda_prep's SASS: the same floating-point and tensor-core instructions as v3's (the
-    same operations: the outputs should be bit for bit v3's, tests/test_kda_gpu.py checks), and no
-    global load after its one cp.async wait (v3 still reads beta there, a round trip on the chain)."""
+    same operations: the outputs should be bit for bit v3's, tests/test_kda_gpu.py checks), fewer
+    conversions, shared-memory stores and instructions (P2 and P4 in bf16 pairs), and no global load
+    after its one cp.async wait (v3 still reads beta there, a round trip on the chain)."""
     import collections
     import re
 
     v3 = NAMED[name]
     lean = SPACE.make(dict(v3, prep=prep))
-    counts, late = {}, {}
+    counts, late, other = {}, {}, {}
     for g in (v3, lean):
         _, lines = _prep_sass(g, tmp_path / g["prep"])
         ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0] for x in lines)
         counts[g["prep"]] = {k: ops[k] for k in ("HMMA", "FFMA", "FMUL", "FADD", "MUFU", "LDGSTS")}
+        other[g["prep"]] = (ops["F2FP"], ops["STS"], len(lines))
         wait = next(i for i, x in enumerate(lines) if x.startswith("DEPBAR.LE"))
         late[g["prep"]] = [x for x in lines[wait:] if re.search(r"\bLDG\.", x)]
     assert counts[prep] == counts["v3"] and counts["v3"]["HMMA"] > 0
+    assert all(a < b for a, b in zip(other[prep], other["v3"])), other
     assert late[prep] == [] and len(late["v3"]) == 1 and "U16" in late["v3"][0]
 
 

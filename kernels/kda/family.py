@@ -24,8 +24,9 @@ h s + slice (the slices of one head adjacent, so they read its records about tog
 
 `prep = lean` (v5, split only): kda_prep with w in kp/km's shared memory (`prep_smem_bytes`: 4
 CTAs per SM for the all-bf16 tiles, `prep_min_blocks`), beta loaded beside q, k, g and the
-slot's sequence in one parallel pass over cu_seqlens; `compact` also writes qd, kd, kr over the
-raw q, k, g (all-bf16 tiles only: 5 CTAs per SM); same grid, block and arithmetic.
+slot's sequence in one parallel pass over cu_seqlens, P2 and P4 two channels a thread (bf16
+pairs); `compact` also writes qd, kd, kr over the raw q, k, g (all-bf16 tiles only: 5 CTAs per
+SM); same grid, block and arithmetic.
 """
 
 from __future__ import annotations

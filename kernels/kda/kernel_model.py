@@ -212,11 +212,12 @@ SESSION13_MS = {
 #: prep (v5), as (low, central, high). Model: v3's prep CTA lives 3 x 132 x prep_us = 6.9 us at 3
 #: per SM; the lean prep takes ~1 DRAM round trip (beta, ~0.7 us) and ~0.3-0.6 us of L2 trips
 #: (dt_bias / A_log before the loads; the binary search, 3 reads at N = 6-8) off it: 0.80-0.87x as
-#: long; it is issued ~1.3 us of an SM per CTA (SASS: ~10k warp instructions / 4 sub-partitions,
-#: an estimate; 0.55x of v3's 2.31 us) and no CTA count gets under that. lean: 4 per SM, life-bound
-#: 0.75 x (0.80-0.87) = 0.60-0.65, issue-bound >= 0.55, the two mixed: 0.62-0.80; compact: 5 per
-#: SM, life-bound 0.48-0.52, so issue-bound: 0.55-0.72.
-PREP_SCALE_PREDICTED = {"v3": (1.0, 1.0, 1.0), "lean": (0.62, 0.70, 0.80), "compact": (0.55, 0.62, 0.72)}
+#: long. Its issue time (SASS, nvcc 13.0: ~7.9k warp instructions a CTA with P2 and P4 in bf16
+#: pairs, against v3's ~10.1k; / 4 sub-partitions: ~1.0 us of an SM, 0.43x of v3's 2.31 us per CTA
+#: per SM; estimates) floors it. lean: 4 per SM, life-bound 0.75 x (0.80-0.87) = 0.60-0.65, with
+#: the issue contention that more CTAs bring: 0.60-0.78; compact: 5 per SM, life-bound 0.48-0.52,
+#: issue floor 0.43: 0.48-0.68.
+PREP_SCALE_PREDICTED = {"v3": (1.0, 1.0, 1.0), "lean": (0.60, 0.68, 0.78), "compact": (0.48, 0.56, 0.68)}
 
 
 def split_fit_terms(lens, H: int, split_v: int = 1, order: str = "index") -> tuple[float, float, float, float]:

@@ -40,7 +40,8 @@
 // kp/km's shared memory (dead once A and Aqk are made), so the all-bf16 tiles fit 4 CTAs per SM
 // (KDA_PREP_MIN_BLOCKS, family.prep_min_blocks); every global load of the CTA (q, k, g, beta,
 // dt_bias, A_log) is issued before any is waited for; the slot's sequence comes from one parallel
-// pass over cu_seqlens (kda_slot_owner) instead of log2 N dependent reads. Or compact (2, one tile
+// pass over cu_seqlens (kda_slot_owner) instead of log2 N dependent reads; the gate (P2) and the
+// decayed operands (P4) two channels a thread (kda_chunk_prep<.., LEAN>). Or compact (2, one tile
 // each of qd, kp, km): lean, and qd, kd, kr written over the raw q, k, g: 5 CTAs per SM. Same
 // arithmetic in all three.
 //
@@ -175,6 +176,16 @@ __device__ __forceinline__ void store_split(bf16_bits (*p)[KDA_CHUNK][R], int r,
     if (SPLIT) p[1][r][c] = to_bf16(x - from_bf16(hi));
 }
 
+// x0, x1 (adjacent columns c, c + 1; c even) as a bf16 pair, hi (and lo when split) as store_split
+template <bool SPLIT, int R>
+__device__ __forceinline__ void store_split2(bf16_bits (*p)[KDA_CHUNK][R], int r, int c, float x0, float x1) {
+    uint32_t hi, lo;
+    if (SPLIT) split_pack(x0, x1, hi, lo);
+    else hi = pack_bf16(x0, x1);
+    *reinterpret_cast<uint32_t*>(&p[0][r][c]) = hi;
+    if (SPLIT) *reinterpret_cast<uint32_t*>(&p[1][r][c]) = lo;
+}
+
 // ---- which sequence a CTA runs ------------------------------------------------------------------
 // >>> kda_sequence_of (tests/test_kda_template.py compiles this function for the host)
 // The sequence of rank `rank` in the order of KDA_ORDER_LONGEST (see Order above): thread `tid`
@@ -204,9 +215,11 @@ __device__ __forceinline__ int kda_sequence_of(const int* __restrict__ cu_seqlen
 
 // P2-P7 on one chunk's raw inputs `st` (q, k, g) into `sm`'s operands (qd, kd, qp, kp, km, kr, w,
 // L, T, Aqk, decay), barriers S2-S7 included: every thread of the CTA calls it.
-// BETA_PRE: thread tid < valid passes its token's raw beta as `beta_pre` (loaded with the chunk's
-// inputs, the lean kda_prep) instead of reading it here.
-template <class Stage, class Sm, bool BETA_PRE = false>
+// LEAN (the lean and compact kda_prep): thread tid < valid passes its token's raw beta as `beta_pre`
+// (loaded with the chunk's inputs) instead of reading it here, and the gate (P2) and the decayed
+// operands (P4) go two adjacent channels a thread (64-bit G, 32-bit bf16 pairs: cvt.rn.bf16x2,
+// half the conversions, loads and stores): the same operations on every element.
+template <class Stage, class Sm, bool LEAN = false>
 __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf16_bits* __restrict__ beta,
                                                int tid, int lane, int warp, int valid, int t0, int h, int H,
                                                bool gate_in_kernel, bool beta_logit, bool l2norm, float eA,
@@ -235,24 +248,45 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
             }
         }
     }
+    if (LEAN) {
 #pragma unroll
-    for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
-        const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
-        float x = 0.0f;
-        if (r < valid) {
-            if (gate_in_kernel) {
-                const float raw = from_bf16(reinterpret_cast<const bf16_bits*>(&st.g[r][0])[col]);
-                x = lb2 * sigmoid(eA * (raw + sm.dt_bias[col]));
-            } else {
-                x = st.g[r][col] * KDA_LOG2E;
+        for (int i = 0; i < KDA_CHUNK * KDA_D / (2 * KDA_THREADS); ++i) {
+            const int e = 2 * (tid + i * KDA_THREADS), r = e / KDA_D, col = e % KDA_D;   // col even
+            float2 x = make_float2(0.0f, 0.0f);
+            if (r < valid) {
+                if (gate_in_kernel) {
+                    const uint32_t raw = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const bf16_bits*>(&st.g[r][0]) + col);
+                    const float2 db = *reinterpret_cast<const float2*>(&sm.dt_bias[col]);
+                    x.x = lb2 * sigmoid(eA * (from_bf16((bf16_bits)(raw & 0xffffu)) + db.x));
+                    x.y = lb2 * sigmoid(eA * (from_bf16((bf16_bits)(raw >> 16)) + db.y));
+                } else {
+                    const float2 gg = *reinterpret_cast<const float2*>(&st.g[r][col]);
+                    x.x = gg.x * KDA_LOG2E;
+                    x.y = gg.y * KDA_LOG2E;
+                }
             }
+            *reinterpret_cast<float2*>(&sm.G[r][col]) = x;
         }
-        sm.G[r][col] = x;
+    } else {
+#pragma unroll
+        for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
+            const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
+            float x = 0.0f;
+            if (r < valid) {
+                if (gate_in_kernel) {
+                    const float raw = from_bf16(reinterpret_cast<const bf16_bits*>(&st.g[r][0])[col]);
+                    x = lb2 * sigmoid(eA * (raw + sm.dt_bias[col]));
+                } else {
+                    x = st.g[r][col] * KDA_LOG2E;
+                }
+            }
+            sm.G[r][col] = x;
+        }
     }
     if (tid < KDA_CHUNK) {
         float b = 0.0f;
         if (tid < valid) {
-            b = BETA_PRE ? beta_pre : from_bf16(beta[(size_t)(t0 + tid) * H + h]);
+            b = LEAN ? beta_pre : from_bf16(beta[(size_t)(t0 + tid) * H + h]);
             if (beta_logit) b = sigmoid(b);
         }
         sm.beta[tid] = b;
@@ -272,6 +306,29 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
     __syncthreads();                                                         // S3
 
     // P4: the decayed bf16 operands
+    if (LEAN) {
+#pragma unroll
+        for (int i = 0; i < KDA_CHUNK * KDA_D / (2 * KDA_THREADS); ++i) {
+            const int e = 2 * (tid + i * KDA_THREADS), r = e / KDA_D, col = e % KDA_D;   // col even
+            const float2 Gc = *reinterpret_cast<const float2*>(&sm.G[r][col]);
+            const float2 Gm = *reinterpret_cast<const float2*>(&sm.G[KDA_MID][col]);
+            const float2 Gl = *reinterpret_cast<const float2*>(&sm.G[KDA_CHUNK - 1][col]);
+            const uint32_t qq = *reinterpret_cast<const uint32_t*>(&st.q[r][col]);
+            const uint32_t kq = *reinterpret_cast<const uint32_t*>(&st.k[r][col]);
+            const float rq = sm.rq[r], rk = sm.rk[r];
+            const float qn0 = from_bf16((bf16_bits)(qq & 0xffffu)) * rq * scale, qn1 = from_bf16((bf16_bits)(qq >> 16)) * rq * scale;
+            const float kn0 = from_bf16((bf16_bits)(kq & 0xffffu)) * rk, kn1 = from_bf16((bf16_bits)(kq >> 16)) * rk;
+            const float e10 = ex2(Gc.x), e20 = ex2(Gc.x - Gm.x), e30 = ex2(Gm.x - Gc.x), e40 = ex2(Gl.x - Gc.x);
+            const float e11 = ex2(Gc.y), e21 = ex2(Gc.y - Gm.y), e31 = ex2(Gm.y - Gc.y), e41 = ex2(Gl.y - Gc.y);
+            store_split2<KDA_SPLIT_W>(sm.qd, r, col, qn0 * e10, qn1 * e11);
+            *reinterpret_cast<uint32_t*>(&sm.kd[r][col]) = pack_bf16(kn0 * e10, kn1 * e11);
+            store_split2<KDA_SPLIT_INTRA>(sm.qp, r, col, qn0 * e20, qn1 * e21);
+            store_split2<KDA_SPLIT_INTRA>(sm.kp, r, col, kn0 * e20, kn1 * e21);
+            store_split2<KDA_SPLIT_INTRA>(sm.km, r, col, kn0 * e30, kn1 * e31);
+            *reinterpret_cast<uint32_t*>(&sm.kr[r][col]) = pack_bf16(kn0 * e40, kn1 * e41);
+        }
+        __syncthreads();                                                     // S4
+    } else {
 #pragma unroll
     for (int i = 0; i < KDA_CHUNK * KDA_D / KDA_THREADS; ++i) {
         const int e = tid + i * KDA_THREADS, r = e / KDA_D, col = e % KDA_D;
@@ -287,6 +344,7 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
         sm.kr[r][col] = to_bf16(kn * e4);
     }
     __syncthreads();                                                         // S4
+    }
 
     // P5: warp 0: L = diag(beta) (kp km^T) strictly lower; warp 1: Aqk = qp km^T, j <= i
     if (warp < 2) {

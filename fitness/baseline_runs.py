@@ -6,21 +6,33 @@ reference the candidate's last launch there is judged by), not once per case for
 worker. Callables are prepared anew in every job (found by this very check: torch's adapter casts
 the weight once when prepared, so a callable kept from an earlier job normalised by an old weight);
 what cannot change between jobs (not importable, does not support the case) is remembered.
+Since nothing prepared outlives its job, the runner drops the prepared callables, and the device
+buffers they hold (a roofline's output, an autograd graph, torch views), when the case has been
+timed (`BaselineCache.drop_runs`): a case's baselines never hold memory while another case runs.
+
+Device memory: a baseline that runs out of it while prepared (or on its trial run) is retried
+once after `release()` (the runner's: its caches dropped, every allocator's cached blocks freed,
+cupy's and torch's alike, since neither can use the other's); a second out-of-memory error is that
+baseline's note for this job ("unusable: out of device memory ..."), never a lasting one and never
+the candidate's failure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from fitness import dtypes, verify
-from fitness.cuda_backend import STICKY_CUDA_ERRORS
+from fitness.cuda_backend import STICKY_CUDA_ERRORS, format_bytes, is_out_of_memory, oom_bytes
+from fitness.cuda_errors import clear_pending_errors
 from fitness.family import BufferSpec, Case, KernelFamily
 from fitness.guarded import spec_dtype
 
 
 #: the note of a baseline whose module or checkout this machine lacks
 NOT_IMPORTABLE = "not importable here"
+#: what `_prepare_one` says of a baseline that ran out of device memory
+OUT_OF_MEMORY = "out of memory"
 #: notes that say the machine, not the case, keeps a baseline from running: a module or checkout
 #: that is missing, a name the family does not offer, an import that fails when it is prepared
 MACHINE_LEVEL = (NOT_IMPORTABLE, "not offered by the family", "unusable: ModuleNotFoundError",
@@ -47,6 +59,11 @@ class BaselineCache:
 
     runs: dict[tuple[str, int], Any] = field(default_factory=dict)     # (name, set) -> callable
     lasting: dict[str, str] = field(default_factory=dict)              # name -> why it is never usable
+
+    def drop_runs(self) -> None:
+        """Forget the prepared callables (and with them the device memory they hold); `prepare`
+        makes them anew in every job anyway. The lasting notes stay."""
+        self.runs.clear()
 
 
 def check_result(xp: Any, fn: Any, result: Any, refs: Mapping[str, Any] | None, tols: Mapping[str, Any],
@@ -76,11 +93,13 @@ def check_result(xp: Any, fn: Any, result: Any, refs: Mapping[str, Any] | None, 
 
 
 def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mapping[str, Any]],
-            names: Sequence[str], cache: BaselineCache) -> tuple[list[str], dict[str, str]]:
+            names: Sequence[str], cache: BaselineCache,
+            release: Callable[[], Any] | None = None) -> tuple[list[str], dict[str, str]]:
     """(the names that can be timed, notes per name). Each usable baseline has run once on every
     input set of this job (compiles, warms up); its timed results are checked later (`check_result`
     on the last result on set 0, against the reference the candidate is judged by). A CUDA error
-    that spoils the context is raised (the worker must go)."""
+    that spoils the context is raised (the worker must go). Out of device memory: `release()`
+    (default: backend.free_all) and one more try; then a note."""
     offered = {b.name: b for b in family.baselines()}
     usable: list[str] = []
     notes: dict[str, str] = {}
@@ -92,32 +111,85 @@ def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mappi
         if b is None:
             cache.lasting[name] = notes[name] = "not offered by the family"
             continue
-        try:
-            if not b.available():
-                cache.lasting[name] = notes[name] = NOT_IMPORTABLE + (f" (needs {b.needs})" if b.needs else "")
-                continue
-            for s, dev in enumerate(sets):
-                # prepared anew in every job: a baseline may copy what it needs at prepare time
-                # (torch's casts its weight once), and the inputs are new in every job
-                fn = b.prepare(case, dev)
-                if fn is None:
-                    cache.lasting[name] = notes[name] = "does not support this case"
-                    raise LookupError
-                cache.runs[(name, s)] = fn
-                result = fn()                               # trial run: compiles, warms up, may raise
-                backend.synchronize(600.0)
-                del result
-            usable.append(name)
-        except LookupError:
+        if not _available(b, cache, notes):
             continue
-        except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
-            for s in range(len(sets)):
-                cache.runs.pop((name, s), None)
-            status = backend.cuda_status(exc)
-            if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
-                raise
-            notes[name] = f"unusable: {type(exc).__name__}: {str(exc).strip()[:300]}"
+        for attempt in (1, 2):
+            kind, note = _prepare_one(backend, b, case, sets, cache)
+            if kind != OUT_OF_MEMORY:
+                break
+            # tried again outside the except block: the error's traceback no longer pins the
+            # failed attempt's tensors
+            if attempt == 1:
+                _release(backend, release)
+        if kind == "ok":
+            usable.append(name)
+        elif kind == OUT_OF_MEMORY:
+            notes[name] = f"unusable: {note}, also after freeing every allocator's cache and trying again"
+        else:
+            notes[name] = note
     return usable, notes
 
 
-__all__ = ["BaselineCache", "MACHINE_LEVEL", "NOT_IMPORTABLE", "check_result", "machine_missing", "prepare"]
+def _available(b: Any, cache: BaselineCache, notes: dict[str, str]) -> bool:
+    try:
+        ok = bool(b.available())
+    except Exception as exc:  # noqa: BLE001 - an import failing is the machine's gap, not the case's
+        notes[b.name] = f"unusable: {type(exc).__name__}: {str(exc).strip()[:300]}"
+        return False
+    if not ok:
+        cache.lasting[b.name] = notes[b.name] = NOT_IMPORTABLE + (f" (needs {b.needs})" if b.needs else "")
+    return ok
+
+
+def _prepare_one(backend: Any, b: Any, case: Case, sets: Sequence[Mapping[str, Any]],
+                 cache: BaselineCache) -> tuple[str, str]:
+    """("ok", ""), ("unsupported", note) (remembered in cache.lasting), (OUT_OF_MEMORY, what the
+    error said) or ("failed", note). Nothing of a failed attempt stays in cache.runs."""
+    name = b.name
+    try:
+        for s, dev in enumerate(sets):
+            # prepared anew in every job: a baseline may copy what it needs at prepare time
+            # (torch's casts its weight once), and the inputs are new in every job
+            fn = b.prepare(case, dev)
+            if fn is None:
+                _forget(cache, name, len(sets))
+                cache.lasting[name] = "does not support this case"
+                return "unsupported", cache.lasting[name]
+            cache.runs[(name, s)] = fn
+            result = fn()                               # trial run: compiles, warms up, may raise
+            backend.synchronize(600.0)
+            del result
+        return "ok", ""
+    except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
+        _forget(cache, name, len(sets))
+        if is_out_of_memory(exc):
+            needed = oom_bytes(exc)
+            size = f"an allocation of {format_bytes(needed)} failed: " if needed else ""
+            return OUT_OF_MEMORY, f"out of device memory ({size}{type(exc).__name__}: {_first_line(exc)})"
+        status = backend.cuda_status(exc)
+        if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
+            raise
+        return "failed", f"unusable: {type(exc).__name__}: {str(exc).strip()[:300]}"
+
+
+def _forget(cache: BaselineCache, name: str, n_sets: int) -> None:
+    for s in range(n_sets):
+        cache.runs.pop((name, s), None)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else "")[:300]
+
+
+def _release(backend: Any, release: Callable[[], Any] | None) -> None:
+    if release is not None:
+        release()
+        return
+    if backend is not None and callable(getattr(backend, "free_all", None)):
+        backend.free_all()
+    clear_pending_errors()          # the failed cudaMalloc's error must not become the next call's
+
+
+__all__ = ["BaselineCache", "MACHINE_LEVEL", "NOT_IMPORTABLE", "OUT_OF_MEMORY", "check_result", "machine_missing",
+           "prepare"]

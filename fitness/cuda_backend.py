@@ -63,6 +63,72 @@ class CudaStatusError(RuntimeError):
         super().__init__(f"{where + ': ' if where else ''}CUDA error {self.status}")
 
 
+class DeviceOutOfMemory(RuntimeError):
+    """The judge could not get the device memory it needed, also after freeing what the process
+    holds in every allocator and trying once more (raised by the runner, never by an allocator).
+    `needed`: the bytes of the allocation that failed, when the allocator said."""
+
+    def __init__(self, message: str, needed: int | None = None):
+        self.needed = needed
+        super().__init__(message)
+
+
+#: CUDA's out-of-memory status (cudaErrorMemoryAllocation and CUDA_ERROR_OUT_OF_MEMORY are both 2)
+_CUDA_OOM_STATUS = 2
+_OOM_TEXT = ("CUDA out of memory", "CUDA error: out of memory", "CUDA_ERROR_OUT_OF_MEMORY",
+             "cudaErrorMemoryAllocation")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says the device (or an allocator's pool on it) is out of memory, told without
+    importing any allocator: cupy's `cupy.cuda.memory.OutOfMemoryError`, torch's
+    `torch.OutOfMemoryError` (= torch.cuda.OutOfMemoryError), anything else named OutOfMemoryError,
+    a CUDA error of status 2 (a library allocating behind an allocator's back), the RuntimeError text
+    of an older torch, and DeviceOutOfMemory. Triton's OutOfResources (shared memory) is not one."""
+    if isinstance(exc, DeviceOutOfMemory):
+        return True
+    names = {k.__name__ for k in type(exc).__mro__}
+    if "OutOfMemoryError" in names:
+        return True
+    if names & {"CUDARuntimeError", "CUDADriverError", "CudaStatusError"}:
+        return getattr(exc, "status", None) == _CUDA_OOM_STATUS
+    if isinstance(exc, RuntimeError):
+        text = str(exc)
+        return any(t in text for t in _OOM_TEXT)
+    return False
+
+
+_UNITS = {"B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+        "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def oom_bytes(exc: BaseException) -> int | None:
+    """The size of the allocation an out-of-memory error names, or None: cupy's "Out of memory
+    allocating 17,179,869,184 bytes", torch's "Tried to allocate 8.00 GiB"."""
+    needed = getattr(exc, "needed", None)
+    if isinstance(needed, int):
+        return needed
+    text = str(exc)
+    m = re.search(r"allocating ([0-9][0-9,]*) bytes", text)
+    if m:
+        return int(m.group(1).replace(",", ""))
+    m = re.search(r"[Tt]ried to allocate ([0-9.]+) ?([KMGT]i?B|B)\b", text)
+    if m:
+        return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    return None
+
+
+def format_bytes(nbytes: int | None) -> str:
+    """A size for a message: 16.00 GiB, 2.00 MiB, 64.0 KiB, 100 B ("?" for None)."""
+    if nbytes is None:
+        return "?"
+    n = int(nbytes)
+    for unit, scale, digits in (("GiB", 1 << 30, 2), ("MiB", 1 << 20, 2), ("KiB", 1 << 10, 1)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{digits}f} {unit}"
+    return f"{n} B"
+
+
 def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
@@ -233,6 +299,9 @@ class CupyBackend:
         return self._rng
 
     def free_all(self) -> None:
+        """Every cached, unused block back to the device: cupy's pools and torch's cache (neither
+        allocator can use the other's cached blocks, and each retries an allocation only after
+        freeing its own)."""
         self.cp.get_default_memory_pool().free_all_blocks()
         self.cp.get_default_pinned_memory_pool().free_all_blocks()
         torch = sys.modules.get("torch")
@@ -242,6 +311,28 @@ class CupyBackend:
                     torch.cuda.empty_cache()
             except Exception:  # noqa: BLE001
                 pass
+
+    def free_own_cache(self) -> None:
+        """Only cupy's own cached blocks (torch's cache is left warm for the baselines being
+        timed): what the judge's float64 references left in cupy's pool goes back to the device,
+        where torch's allocator can get it."""
+        self.cp.get_default_memory_pool().free_all_blocks()
+
+    def memory_use(self) -> dict[str, int]:
+        """Bytes: the device's free and total memory, what cupy's pool holds and uses, what torch
+        has reserved and allocated (when torch is in use here)."""
+        free, total = (int(v) for v in self.cp.cuda.runtime.memGetInfo())
+        pool = self.cp.get_default_memory_pool()
+        out = {"free": free, "total": total, "cupy_held": int(pool.total_bytes()), "cupy_used": int(pool.used_bytes())}
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            try:
+                if torch.cuda.is_initialized():
+                    out["torch_reserved"] = int(torch.cuda.memory_reserved())
+                    out["torch_allocated"] = int(torch.cuda.memory_allocated())
+            except Exception:  # noqa: BLE001
+                pass
+        return out
 
     def copy_ceiling_tbps(self, nbytes: int = 1 << 30, reps: int = 20) -> float:
         """Device-to-device copy: (bytes read + bytes written) / time, median of `reps`."""

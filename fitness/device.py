@@ -30,6 +30,22 @@ time (BENCH jobs)
     the same rounds, in rotating order, and their outputs are checked in every job. Afterwards
     the inputs' fingerprints are re-checked. Median and inter-quartile range per implementation.
 
+Device memory (one process holds two allocators: cupy's pool for the judge, torch's caching
+allocator for the baselines; neither can use blocks the other caches, and each retries a failed
+allocation only after freeing its own). The judge holds at most `cache_limit` of cached timing
+sets (entries are evicted before a new one is allocated, so cached + new <= cache_limit; an
+entry larger than the limit is used for its case and then let go), verification buffers of at most
+VERIFY_CACHE_BYTES, and what the current case needs: a case's prepared baselines (and the tensors
+they hold) are dropped when it has been timed, and every allocator's cached blocks are freed
+after each timed case. The float64 references a timed case makes leave cupy's pool after each
+judgement (`free_own_cache`), so the baselines timed next can have that memory. When an
+allocation still fails (cupy's OutOfMemoryError, torch's OutOfMemoryError, CUDA status 2), the
+judge drops its caches, frees both allocators' blocks (`_release`) and tries once more: the
+reference, a baseline's preparation or timed call, or else the whole case. A second failure is
+a value: the case RUNTIME_ERROR with a message naming the memory it needed ("judge out of device
+memory: ..."; JobResult.extra["judge_out_of_memory"] lists such cases, and the job goes on with
+its next case), or, for a baseline, that baseline's note.
+
 Failures are values: launch errors -> RUNTIME_ERROR (sticky ones such as an illegal address set
 context_lost so the worker is replaced), a launch exceeding max_case_seconds -> TIMEOUT (with
 context_lost: the kernel may still be running), anything the protocol rejects -> WRONG_RESULT,
@@ -57,6 +73,7 @@ Notes on cupy:
 
 from __future__ import annotations
 
+import gc
 import time
 import traceback
 import zlib
@@ -69,9 +86,11 @@ import numpy as np
 
 from fitness import baseline_runs, dtypes, verify
 from fitness.cuda_backend import (  # noqa: F401 - re-exported: tests and workers name them here
-    STATIC_SMEM_LIMIT, STICKY_CUDA_ERRORS, CudaStatusError, CupyBackend, KernelTimeout, LaunchInvalid)
+    STATIC_SMEM_LIMIT, STICKY_CUDA_ERRORS, CudaStatusError, CupyBackend, DeviceOutOfMemory, KernelTimeout,
+    LaunchInvalid, format_bytes, is_out_of_memory, oom_bytes)
+from fitness.cuda_errors import clear_pending_errors
 from fitness.family import Buffer, BufferSpec, Case, KernelFamily, Launch, kernel_arg, load_family
-from fitness.guarded import GUARD_MIN_BYTES, GuardedBuffer, judge_outputs, spec_dtype  # noqa: F401
+from fitness.guarded import GUARD_MIN_BYTES, GuardedBuffer, guard_bytes_for, judge_outputs, spec_dtype  # noqa: F401
 from fitness.jobs import BENCH, CHECK, Job, JobResult, TimingConfig
 from fitness.records import CaseResult, Status
 from fitness.timing import (  # noqa: F401 - re-exported
@@ -151,6 +170,22 @@ def _prod(shape: Sequence[int]) -> int:
     return int(np.prod([int(s) for s in shape])) if len(shape) else 1
 
 
+def input_bytes(ins: Mapping[str, BufferSpec]) -> int:
+    """The bytes `_alloc_inputs` allocates for these inputs."""
+    return sum(_prod(s.shape) * dtypes.storage_dtype(spec_dtype(s)).itemsize for s in ins.values())
+
+
+def guarded_bytes(outs: Mapping[str, BufferSpec], guard_bytes: int = GUARD_MIN_BYTES) -> int:
+    """The bytes GuardedBuffer allocates for these outputs (each with its two guard zones)."""
+    total = 0
+    for s in outs.values():
+        size = dtypes.itemsize(spec_dtype(s))
+        n = _prod(s.shape)
+        guard = max(1, guard_bytes_for(n * size, guard_bytes) // size)
+        total += (n + 2 * guard) * dtypes.bits_dtype(spec_dtype(s)).itemsize
+    return total
+
+
 @dataclass
 class TimingBuffers:
     """A case's timing buffers, kept between jobs (their contents are refilled every job)."""
@@ -166,6 +201,39 @@ class _CaseOutcome:
     result: CaseResult
     context_lost: bool = False
     internal_error: bool = False
+    judge_oom: bool = False          # the judge's own memory ran out (also after freeing and a retry)
+    retry_oom: bool = False          # an allocation failed: free everything and run the case again
+
+
+class _OomRetry:
+    """A prepared baseline as timed: an out-of-memory error in a call frees what the process
+    holds (`release`) and calls it once more (that sample then includes the freeing: `retried`
+    says so in the case's message); a second one raises DeviceOutOfMemory, which the timing loop
+    turns into the baseline's note ("failed while timed")."""
+
+    def __init__(self, fn: Any, release: Any):
+        self.fn, self.release = fn, release
+        self.retried = 0
+
+    def __call__(self) -> Any:
+        try:
+            return self.fn()
+        except Exception as exc:  # noqa: BLE001
+            if not is_out_of_memory(exc):
+                raise
+        self.release()                 # outside the except block: the traceback pins nothing now
+        try:
+            result = self.fn()
+        except Exception as exc:  # noqa: BLE001
+            if not is_out_of_memory(exc):
+                raise
+            needed = oom_bytes(exc)
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            size = f" (an allocation of {format_bytes(needed)} failed)" if needed else ""
+            raise DeviceOutOfMemory(f"out of device memory{size}, also after freeing every cache and allocator "
+                                    f"and trying again [{type(exc).__name__}: {first}]", needed) from None
+        self.retried += 1
+        return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,6 +286,7 @@ class DeviceRunner:
         t0 = time.perf_counter()
         results: list[CaseResult] = []
         context_lost = internal = False
+        judge_oom: list[str] = []
         message = ""
         module = None
         kernels: dict[str, Any] = {}
@@ -241,11 +310,14 @@ class DeviceRunner:
                 outcome = self._run_case(job, family, module, kernels, idx, case, launch)
                 results.append(outcome.result)
                 internal = internal or outcome.internal_error
+                if outcome.judge_oom:
+                    judge_oom.append(case.id)
                 if outcome.context_lost:
                     context_lost = True
                     message = f"{case.id}: {outcome.result.status.value}: {outcome.result.message}"
                     break
-                if outcome.result.status not in (Status.OK, Status.INVALID) and self.stop_on_failure:
+                if (outcome.result.status not in (Status.OK, Status.INVALID) and self.stop_on_failure
+                        and not outcome.judge_oom):          # the judge's memory says nothing of the candidate
                     message = (f"{case.id}: {outcome.result.status.value}: {outcome.result.message} "
                                f"(stopped after the first failing case)")
                     break
@@ -258,7 +330,8 @@ class DeviceRunner:
                 internal = True
                 message = "judge error:\n" + traceback.format_exc()
             st = worst_status([r.status for r in results] + [Status.RUNTIME_ERROR])
-            return self._result(job, st, results, message, t0, context_lost=context_lost, internal=internal)
+            return self._result(job, st, results, message, t0, context_lost=context_lost, internal=internal,
+                                judge_oom=judge_oom)
         finally:
             if context_lost:
                 # never unload the module of a kernel that may still be running: cuModuleUnload
@@ -275,11 +348,14 @@ class DeviceRunner:
         if not message and status is not Status.OK:
             bad = next(r for r in results if r.status is not Status.OK)
             message = f"{bad.case}: {bad.status.value}: {bad.message}"
-        return self._result(job, status, results, message, t0, context_lost=context_lost, internal=internal)
+        return self._result(job, status, results, message, t0, context_lost=context_lost, internal=internal,
+                            judge_oom=judge_oom)
 
     def _result(self, job: Job, status: Status, results: list[CaseResult], message: str, t0: float, *,
-                context_lost: bool = False, internal: bool = False) -> JobResult:
-        extra = {"internal_error": True} if internal else {}
+                context_lost: bool = False, internal: bool = False, judge_oom: Sequence[str] = ()) -> JobResult:
+        extra: dict[str, Any] = {"internal_error": True} if internal else {}
+        if judge_oom:
+            extra["judge_out_of_memory"] = list(judge_oom)
         self._context_lost = self._context_lost or context_lost
         return JobResult(job_id=job.job_id, status=status, cases=tuple(results), message=message,
                          device=self.device, copy_ceiling_tbps=self.copy_ceiling_tbps,
@@ -294,13 +370,31 @@ class DeviceRunner:
     # -- one case ---------------------------------------------------------------------------------
     def _run_case(self, job: Job, family: KernelFamily, module: Any, kernels: dict[str, Any], idx: int,
                   case: Case, launch: Launch | Sequence[Launch]) -> _CaseOutcome:
+        """One case; an allocation that fails where no narrower retry covers it (buffers, copies)
+        frees everything the judge holds and runs the case once more (verification included: it
+        is deterministic in the job's seed); a second failure is the judge's, as a value."""
+        outcome = self._run_case_once(job, family, module, kernels, idx, case, launch)
+        if outcome.judge_oom and not outcome.context_lost:
+            self._release()                       # the next case starts from what the device has
+        if not outcome.retry_oom:
+            return outcome
+        self._release()
+        again = self._run_case_once(job, family, module, kernels, idx, case, launch)
+        if not again.retry_oom:
+            if again.judge_oom and not again.context_lost:
+                self._release()
+            return again
+        self._release()
+        return _CaseOutcome(again.result, judge_oom=True)
+
+    def _run_case_once(self, job: Job, family: KernelFamily, module: Any, kernels: dict[str, Any], idx: int,
+                       case: Case, launch: Launch | Sequence[Launch]) -> _CaseOutcome:
         params = dict(case.params)
 
         def fail(status: Status, msg: str, **kw: Any) -> _CaseOutcome:
-            lost = kw.pop("context_lost", False)
-            internal = kw.pop("internal_error", False)
-            return _CaseOutcome(CaseResult(case=case.id, status=status, params=params, message=msg, **kw),
-                                context_lost=lost, internal_error=internal)
+            flags = {k: kw.pop(k) for k in ("context_lost", "internal_error", "judge_oom", "retry_oom")
+                     if k in kw}
+            return _CaseOutcome(CaseResult(case=case.id, status=status, params=params, message=msg, **kw), **flags)
 
         timing = job.timing or TimingConfig()
         launches = as_launches(launch)
@@ -343,7 +437,14 @@ class DeviceRunner:
         except KernelTimeout as exc:
             return fail(Status.TIMEOUT, f"a launch exceeded max_case_seconds={timing.max_case_seconds:g}: {exc}",
                         context_lost=True)
+        except DeviceOutOfMemory as exc:           # already freed and retried where it happened
+            return fail(Status.RUNTIME_ERROR, str(exc), judge_oom=True)
         except Exception as exc:  # noqa: BLE001
+            if is_out_of_memory(exc):               # _run_case frees everything and runs the case again
+                return fail(Status.RUNTIME_ERROR,
+                            self._oom_message("the judge's buffers", family, case, exc,
+                                              "also after freeing every cache and allocator and running the case "
+                                              "again"), retry_oom=True)
             status = self.backend.cuda_status(exc)
             if status is None:
                 return fail(Status.RUNTIME_ERROR, "judge error:\n" + traceback.format_exc(), internal_error=True)
@@ -379,9 +480,32 @@ class DeviceRunner:
             self.backend.upload(into[name], src)
         return into if self._on_device(family, ins) else made
 
-    def _references(self, family: KernelFamily, case: Case, source: Mapping[str, Any],
-                    rng: np.random.Generator) -> tuple[dict[str, Any] | None, dict[str, tuple[Any, Any]] | None]:
-        """(full float64 references, None) or (None, sampled references) from the inputs."""
+    def _references(self, family: KernelFamily, case: Case, source: Mapping[str, Any], rng: np.random.Generator,
+                    keep: Any = None) -> tuple[dict[str, Any] | None, dict[str, tuple[Any, Any]] | None]:
+        """(full float64 references, None) or (None, sampled references) from the inputs. Out of
+        device memory: everything the judge holds is freed (but the timing entry `keep`, in use)
+        and the references are made once more (with the same draws of `rng`); a second failure
+        raises DeviceOutOfMemory naming the memory the references needed."""
+        state = getattr(getattr(rng, "bit_generator", None), "state", None)
+        try:
+            return self._make_references(family, case, source, rng)
+        except Exception as exc:  # noqa: BLE001
+            if not is_out_of_memory(exc):
+                raise
+        self._release(keep=keep)            # outside the except block: its traceback pins nothing now
+        if state is not None:
+            rng.bit_generator.state = state
+        try:
+            return self._make_references(family, case, source, rng)
+        except Exception as exc:  # noqa: BLE001
+            if not is_out_of_memory(exc):
+                raise
+            raise DeviceOutOfMemory(self._oom_message("the float64 reference", family, case, exc,
+                                                      "also after freeing every cache and allocator and trying again"),
+                                    oom_bytes(exc)) from None
+
+    def _make_references(self, family: KernelFamily, case: Case, source: Mapping[str, Any],
+                         rng: np.random.Generator) -> tuple[dict[str, Any] | None, dict[str, tuple[Any, Any]] | None]:
         sample_fn = getattr(family, "reference_sample", None)
         sample = sample_fn(case, source, rng) if callable(sample_fn) else None
         if sample is not None:
@@ -466,7 +590,12 @@ class DeviceRunner:
 
     # -- timing -------------------------------------------------------------------------------------
     def _timing_buffers(self, job: Job, family: KernelFamily, case: Case, ins: Mapping[str, BufferSpec],
-                        outs: Mapping[str, BufferSpec]) -> TimingBuffers:
+                        outs: Mapping[str, BufferSpec]) -> tuple[Any, TimingBuffers]:
+        """(cache key, the case's timing buffers). Older entries are evicted (least recently used
+        first) BEFORE the new one is allocated, until cached + new <= cache_limit, and their
+        blocks go back to the device at once (free_all), so the peak never holds them beside the
+        new entry and torch can use what they held. An entry larger than the limit is not cached:
+        it is let go when its case has been timed."""
         n_sets = rotation_sets(int(family.bytes_moved(case)), int(getattr(self.backend, "l2_bytes", 0)),
                                enabled=job.timing.rotate_inputs, minimum=len(distributions(family)))
         key = (job.family, str(job.family_root), case.id,
@@ -474,9 +603,18 @@ class DeviceRunner:
         tb = self._timing.get(key)
         if tb is not None and len(tb.sets) == n_sets:
             self._timing.move_to_end(key)
-            return tb
-        if tb is not None:
+            return key, tb
+        evicted = tb is not None
+        if evicted:
             del self._timing[key]
+        tb = None
+        need = n_sets * (input_bytes(ins) + guarded_bytes(outs, self.guard_bytes))
+        cached = sum(t.nbytes for t in self._timing.values())
+        while self._timing and cached + need > self.cache_limit:
+            cached -= self._timing.popitem(last=False)[1].nbytes
+            evicted = True
+        if evicted:
+            self.backend.free_all()
         sets, out_sets, nbytes = [], [], 0
         for _ in range(n_sets):
             dev = self._alloc_inputs(ins)
@@ -484,23 +622,71 @@ class DeviceRunner:
             out_sets.append({n: GuardedBuffer(self.xp, sp, self.guard_bytes) for n, sp in outs.items()})
             nbytes += sum(int(a.nbytes) for a in dev.values()) + sum(g.nbytes for g in out_sets[-1].values())
         tb = TimingBuffers(sets=sets, out_sets=out_sets, nbytes=nbytes)
-        self._timing[key] = tb
-        total = sum(t.nbytes for t in self._timing.values())
-        while total > self.cache_limit and len(self._timing) > 1:
-            old_key = next(iter(self._timing))
-            if old_key == key:
-                break
-            total -= self._timing.pop(old_key).nbytes
-        return tb
+        if nbytes <= self.cache_limit:
+            self._timing[key] = tb
+        return key, tb
+
+    def _release(self, keep: Any = None) -> None:
+        """Free what the judge holds, for an allocation that failed: the cached timing entries
+        (but `keep`, in use), the cached verification buffers, unreachable objects (a torch graph
+        in a reference cycle), then every allocator's cached blocks (backend.free_all: cupy's
+        pools and torch's cache). The failed cudaMalloc's error is cleared from every loaded CUDA
+        runtime, so that the next library to check for errors does not report it as its own."""
+        for k in [k for k in self._timing if k != keep]:
+            del self._timing[k]
+        self._verify_bufs = None
+        gc.collect()
+        self.backend.free_all()
+        clear_pending_errors()
+
+    def _oom_message(self, what: str, family: KernelFamily, case: Case, exc: BaseException, after: str) -> str:
+        """'judge out of device memory: ' what ran out, the allocation that failed, what the case's
+        buffers take, what the judge caches and what the device held (when the backend says)."""
+        needed = oom_bytes(exc)
+        parts = [f"{what} for {case.id} could not get device memory"
+                 + (f" (an allocation of {format_bytes(needed)} = {needed:,} bytes failed)" if needed else "")]
+        try:
+            ins, outs = family.io(case)
+            scratch = dict(getattr(family, "workspace", lambda c: {})(case) or {})
+            per_set = input_bytes(ins) + guarded_bytes({**outs, **scratch}, self.guard_bytes)
+            parts.append(f"the case's inputs and guarded outputs take {format_bytes(per_set)} per input set")
+        except Exception:  # noqa: BLE001 - the message goes without it
+            pass
+        cached = sum(t.nbytes for t in self._timing.values())
+        parts.append(f"the judge caches {format_bytes(cached)} of timing sets (limit {format_bytes(self.cache_limit)})")
+        use = getattr(self.backend, "memory_use", None)
+        if callable(use):
+            try:
+                parts.append("device: " + ", ".join(f"{k} {format_bytes(v)}" for k, v in use().items()))
+            except Exception:  # noqa: BLE001
+                pass
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        return f"judge out of device memory: {'; '.join(parts)}; {after} [{type(exc).__name__}: {first}]"
 
     def _bench(self, job: Job, family: KernelFamily, case: Case, steps: Sequence[tuple[Any, Launch]],
                ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], scratch: Mapping[str, BufferSpec],
                timing: TimingConfig, max_err: float | None, rel: float | None) -> _CaseOutcome:
-        """Time the candidate interleaved with the baselines on fresh inputs (fitness.timing)."""
+        """Time the candidate interleaved with the baselines on fresh inputs (fitness.timing). The
+        baselines prepared for it are dropped afterwards (prepared anew in every job anyway), and
+        every allocator's cached blocks freed, so the next case finds the device as this one's
+        timing sets leave it."""
+        self.backend.free_all()          # give the verification's blocks back (torch allocates separately)
+        key, tb = self._timing_buffers(job, family, case, ins, {**outs, **scratch})
+        try:
+            outcome = self._time(job, family, case, steps, ins, outs, scratch, timing, max_err, rel, key, tb)
+        finally:
+            tb.baselines.drop_runs()
+            del tb
+        if not outcome.context_lost:     # a kernel that may still run: leave the device alone
+            self.backend.free_all()
+        return outcome
+
+    def _time(self, job: Job, family: KernelFamily, case: Case, steps: Sequence[tuple[Any, Launch]],
+              ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], scratch: Mapping[str, BufferSpec],
+              timing: TimingConfig, max_err: float | None, rel: float | None, key: Any,
+              tb: TimingBuffers) -> _CaseOutcome:
         params = dict(case.params)
         tols = family.tolerances(case)
-        self.backend.free_all()          # give the verification's blocks back (torch allocates separately)
-        tb = self._timing_buffers(job, family, case, ins, {**outs, **scratch})
         seed = int(getattr(job, "timing_seed", 0) or 0)
         rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, zlib.crc32(case.id.encode())])
         dists = distributions(family)
@@ -520,13 +706,18 @@ class DeviceRunner:
             for g in bufs.values():
                 g.poison()
 
+        def release() -> None:
+            self._release(keep=key)
+
         names, notes = baseline_runs.prepare(self.backend, family, case, tb.sets, list(timing.baselines),
-                                             tb.baselines)
+                                             tb.baselines, release=release)
+        timed = {k: _OomRetry(fn, release) for k, fn in tb.baselines.runs.items()}
+        free_own = getattr(self.backend, "free_own_cache", None)
         nondet = set(getattr(family, "nondeterministic_outputs", lambda c: ())(case) or ())
         deterministic = [n for n in outs if n not in nondet]
 
         def judge(s: int, baseline_results: Mapping[str, Any] | None) -> str | None:
-            refs, sampled = self._references(family, case, sources[s], rng)
+            refs, sampled = self._references(family, case, sources[s], rng, keep=key)
             problem, _, _ = judge_outputs(tb.out_sets[s], refs or {}, tols, sampled=sampled, scratch=tuple(scratch))
             for name, result in (baseline_results or {}).items():
                 note = baseline_runs.check_result(self.xp, tb.baselines.runs[(name, 0)], result, refs, tols,
@@ -534,10 +725,12 @@ class DeviceRunner:
                 if note:
                     notes[name] = note
             del refs, sampled
+            if callable(free_own):
+                free_own()               # the reference's blocks: to the device, where the baselines can get them
             return problem
 
         outcome = time_case(self.backend, steps=steps, args=args, out_sets=tb.out_sets,
-                            baselines=tb.baselines.runs, names=names, timing=timing, rng=rng, judge=judge,
+                            baselines=timed, names=names, timing=timing, rng=rng, judge=judge,
                             deterministic=deterministic)
         if outcome.status is not Status.OK:
             return _CaseOutcome(CaseResult(case=case.id, status=outcome.status, params=params, message=outcome.message),
@@ -558,7 +751,14 @@ class DeviceRunner:
                    if outcome.samples[n] and n not in outcome.dropped}
         msgs = [notes[n] if notes[n].startswith("baseline ") else f"baseline {n}: {notes[n]}"
                 for n in timing.baselines if n in notes]
-        msgs += list(outcome.dropped.values()) + outcome.notes
+        msgs += list(outcome.dropped.values())
+        retried = {k[0]: 0 for k in timed}
+        for (n, _), w in timed.items():
+            retried[n] += w.retried
+        msgs += [f"baseline {n}: ran out of device memory while timed and was called again after freeing every "
+                 f"cache and allocator ({k} of its samples include that)" for n, k in retried.items()
+                 if k and n not in outcome.dropped]
+        msgs += outcome.notes
         msgs.append(f"{outcome.launches} launches poisoned and fingerprinted, {len(outcome.judged)} judged in full")
         return _CaseOutcome(CaseResult(case=case.id, status=Status.OK, params=params, time_us=time_us,
                                        spread_us=iqr * 1e3, samples=len(outcome.samples[CANDIDATE]), tbps=tbps,

@@ -169,6 +169,7 @@ def _prepare_one(backend: Any, b: Any, case: Case, sets: Sequence[Mapping[str, A
         status = backend.cuda_status(exc)
         if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
             raise
+        clear_pending_errors()          # a refused call's error must not become the next baseline's
         return "failed", f"unusable: {type(exc).__name__}: {str(exc).strip()[:300]}"
 
 

@@ -94,3 +94,16 @@ def test_the_judge_clears_the_runtime_after_a_baseline_fails_while_timed(monkeyp
     res = runner(KERNELS, l2_bytes=1).run(job("good", BENCH, baselines=("flaky", "numpy")))
     assert res.status is Status.OK and "baseline flaky: failed while timed" in res.cases[1].message
     assert calls and set(calls) == {"timed"}
+
+
+def test_the_judge_clears_the_runtime_after_a_baseline_fails_when_prepared(monkeypatch):
+    """The H200 case: INT21's trial run raised (a refused launch), and the error it left pending
+    surfaced in the next baseline's call."""
+    import fitness.baseline_runs
+    from fitness.records import Status
+    from tests.test_device_runner import BENCH, KERNELS, job, runner
+    calls = []
+    monkeypatch.setattr(fitness.baseline_runs, "clear_pending_errors", lambda: calls.append("prepared") or {})
+    res = runner(KERNELS, l2_bytes=1 << 22).run(job("good", BENCH, baselines=("broken", "numpy")))
+    assert res.status is Status.OK and all("shared memory exhausted" in c.message for c in res.cases)
+    assert calls and set(calls) == {"prepared"}

@@ -320,10 +320,10 @@ def _prepare_torch(case: Case, device_inputs: Mapping[str, Any]) -> BaselineRun:
     The same operations in the same order as `torch_formula_reference` (so the same bits), but
     with in-place updates: at most three M x N fp32 tensors live at once instead of five. At the
     2**31-element benchmark cases an fp32 tensor is 8.6 GB and torch's caching allocator keeps
-    its peak reserved after the call; the judge verifies the next case (its float64 reference
-    alone is 17 GB) before it releases torch's cache, so the formula's peak is taken from the
-    next case's verification (the out-of-place formula's five reserved 8.6 GB tensors were the
-    largest share of what the judge's verification of 16384 x 131072 could not get)."""
+    its peak reserved after the call, while the judge holds the case's timing sets, four more
+    baselines and a 17 GB float64 reference beside it: the judge frees both allocators after
+    each timed case and retries a failed allocation once after freeing (fitness/device.py), but
+    a smaller peak is what lets the case fit at all."""
     torch = _torch()
     torch.set_grad_enabled(False)
     x, w, dy, rstd = _tensors(case, device_inputs)

@@ -1,7 +1,8 @@
 """Gene space of the KDA forward family (kernels/kda/template.cu): v1 the first template's settings,
 v2 adds the order in which the CTAs take the sequences, v3 the split into a chunk-parallel kernel
 and the recurrence, v4 the recurrence's split over V (CTAs per head and sequence), v5 a leaner
-chunk-parallel kernel (occupancy and its chain of global loads).
+chunk-parallel kernel (occupancy and its chain of global loads), v6 the recurrence's products on
+wgmma.
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -94,14 +95,35 @@ V5_CONSTRAINTS = V4_CONSTRAINTS + (
             "kd, kr on the q, k, g stage; split w or intra-chunk operands are two"),
 )
 SPACE_V5 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V4.genes + (PREP,), constraints=V5_CONSTRAINTS)
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5}
-SPACE = SPACE_V5
+#: v6 (session 14, kernels/kda/README.md "P8 on wgmma"): the fitted model's kda_rec costs b = 683
+#: cycles a warp-chunk, 52 HMMA.16816 at ~13 cycles: about mma.sync's rate on Hopper, roughly half
+#: the tensor cores' (a hypothesis). `wgmma` runs P8's products as warpgroup MMAs (A in registers as
+#: mma.sync's, B by shared-memory descriptors, the state as the m64n128 fp32 accumulator). Written
+#: for whole warpgroups (rec_v_split 1 or 2) and one bf16 tile per operand (no split precision).
+#: Legacy mma_sync: v5's kernel.
+REC_MMA = Choice("rec_mma", options=("mma_sync", "wgmma"), group="structure", legacy="mma_sync",
+                 doc="mma_sync: kda_rec's P8 on mma.sync m16n8k16 | wgmma: on wgmma m64n16k16 / m64n128k16, "
+                     "B operands by descriptors (kernels = split, rec_v_split 1 or 2, no split precision); v6")
+V6_CONSTRAINTS = V5_CONSTRAINTS + (
+    implies("wgmma_needs_split_kernels", ("rec_mma", "kernels"), lambda v: v["rec_mma"] == "wgmma",
+            lambda v: v["kernels"] == "split", "only kda_rec's P8 is written for wgmma"),
+    implies("wgmma_needs_whole_warpgroups", ("rec_mma", "rec_v_split"), lambda v: v["rec_mma"] == "wgmma",
+            lambda v: (V_DIM // v["rec_v_split"] // 16) % 4 == 0, "a wgmma is issued by 4 warps (64 rows of "
+            "S^T): kda_rec's V / (16 rec_v_split) warps must be whole warpgroups"),
+    implies("wgmma_needs_one_tile_operands", ("rec_mma", "split_s", "split_u", "split_w", "split_intra"),
+            lambda v: v["rec_mma"] == "wgmma",
+            lambda v: not (v["split_s"] or v["split_u"] or v["split_w"] or v["split_intra"]),
+            "wgmma's P8 multiplies one bf16 tile per operand (the split halves' extra products are not written)"),
+)
+SPACE_V6 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V5.genes + (REC_MMA,), constraints=V6_CONSTRAINTS)
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6}
+SPACE = SPACE_V6
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
 #: launch order, fused (its key is v1's: `order` and `kernels` are at their legacy values)
 DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index",
-                          kernels="fused", rec_v_split=1, prep="v3"))
+                          kernels="fused", rec_v_split=1, prep="v3", rec_mma="mma_sync"))
 
 #: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
 #: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
@@ -128,7 +150,12 @@ NAMED = {
                                           prep="compact")),
     "split-bf16-v2-compact": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
                                              kernels="split", rec_v_split=2, prep="compact")),
+    # v6: the compact pair with kda_rec's P8 on wgmma (outputs within rounding of their mma_sync twins)
+    "split-bf16-compact-wgmma": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                kernels="split", prep="compact", rec_mma="wgmma")),
+    "split-bf16-v2-compact-wgmma": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                   kernels="split", rec_v_split=2, prep="compact", rec_mma="wgmma")),
 }
 
-__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PREP", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2",
-           "SPACE_V3", "SPACE_V4", "SPACE_V5"]
+__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PREP", "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1",
+           "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5", "SPACE_V6"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from fitness.family import load_family
-from genomes.kda import NAMED, SPACE
+from genomes.kda import NAMED, SPACES
 
 from tests.conftest import REPO
 
@@ -33,12 +33,13 @@ def test_first_population_region_is_the_split_pair_with_v5s_prep():
     from evo.config import load_config
 
     cfg = load_config(CONFIG)
+    space = SPACES[cfg.experiment.space_version]          # the version the search runs under (v5), not the latest
     region = cfg.search.init_within
-    inside = [g for g in SPACE.enumerate() if all(g[k] in v for k, v in region.items())]
+    inside = [g for g in space.enumerate() if all(g[k] in v for k, v in region.items())]
     # every rec_v_split, order, split_s and split_u, both new preps: 3 x 2 x 2 x 2 x 2
     assert len(inside) == 48 and all(g["kernels"] == "split" and g["prep"] != "v3" for g in inside)
     keys = {g.key for g in inside}
     for name in ("split-bf16-compact", "split-bf16-v2-compact", "split-bf16-v2-lean", "split-bf16-lean"):
         assert NAMED[name].key in keys, name
-    drawn = [SPACE.sample(random.Random(cfg.experiment.seed + i), within=region) for i in range(8)]
+    drawn = [space.sample(random.Random(cfg.experiment.seed + i), within=region) for i in range(8)]
     assert all(g.key in keys for g in drawn)

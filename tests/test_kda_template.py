@@ -22,15 +22,15 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 def test_space_is_registered_and_default_is_in_it():
     from genomes.kda import SPACE_V1, SPACE_V2, SPACE_V3, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 576 and SPACES["v4"].size() == 192
+    assert load_space("kda") is SPACE and SPACE.size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
     assert SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
-    assert SPACE_V3.names == SPACE.names[:-2] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
+    assert SPACE_V3.names == SPACE.names[:-3] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
     assert DEFAULT.key == SPACE_V3.make({k: DEFAULT[k] for k in SPACE_V3.names}).key
     assert DEFAULT["chunk"] == 16 and DEFAULT["split_s"] and DEFAULT["split_intra"] and not DEFAULT["split_w"]
     assert DEFAULT["order"] == "index" and DEFAULT["kernels"] == "fused"
     assert DEFAULT.key == SPACE_V1.make({k: DEFAULT[k] for k in SPACE_V1.names}).key
     assert DEFAULT.key == SPACE_V2.make({k: DEFAULT[k] for k in SPACE_V2.names}).key
-    assert SPACE_V2.names == SPACE.names[:-3] and "kernels" not in SPACE_V2.names     # v2 as recorded
+    assert SPACE_V2.names == SPACE.names[:-4] and "kernels" not in SPACE_V2.names     # v2 as recorded
 
 
 def test_render_is_pure_and_sets_every_define():
@@ -100,8 +100,9 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     assert not SPACE.is_valid(dict(DEFAULT, rec_v_split=2)) and SPACE.is_valid(dict(DEFAULT, kernels="split", rec_v_split=4))
     assert all(g["kernels"] == "split" for g in SPACE.enumerate() if g["rec_v_split"] > 1)
     # v3's 64 and 2 x its 32 split genomes (v4); v4's 96 split genomes again with prep = lean, and
-    # its 24 with one-tile operands (split_w, split_intra off) with prep = compact (v5)
-    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24
+    # its 24 with one-tile operands (split_w, split_intra off) with prep = compact (v5); the 12 all-bf16
+    # split genomes at rec_v_split 1 or 2 (2 orders x 3 preps) again with rec_mma = wgmma (v6)
+    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])
@@ -227,6 +228,210 @@ def test_lean_prep_has_v3s_arithmetic_and_waits_for_every_global_read_at_once(tm
     assert late[prep] == [] and len(late["v3"]) == 1 and "U16" in late["v3"][0]
 
 
+def test_wgmma_gene_keeps_v5_keys_and_needs_split_whole_warpgroups_and_one_tile_operands():
+    """v6's rec_mma: legacy mma_sync keeps every v5 genome's key; wgmma only with kernels = split,
+    rec_v_split 1 or 2 (4 warps issue one wgmma: V / (16 s) warps in whole warpgroups) and no split
+    precision (one bf16 tile per operand); kda_rec's shared memory then holds the record unpadded
+    (qd, w, kr 4 KB each, T and Aqk 512 B), kda_prep and the workspace are the twin's."""
+    from genomes.kda import SPACE_V5
+
+    for name, g in NAMED.items():
+        if g["rec_mma"] == "mma_sync":
+            assert g.key == SPACE_V5.make({k: g[k] for k in SPACE_V5.names}).key, name
+            assert "#define KDA_REC_WGMMA 0\n" in FAMILY.render(g)
+    for name in ("split-bf16-compact-wgmma", "split-bf16-v2-compact-wgmma"):
+        g = NAMED[name]
+        twin = SPACE.make(dict(g, rec_mma="mma_sync"))
+        assert twin.key == NAMED[name.removesuffix("-wgmma")].key and "#define KDA_REC_WGMMA 1\n" in FAMILY.render(g)
+        s = g["rec_v_split"]
+        slice_tile = 16 * (128 // s + 8) * 2
+        assert fam.rec_smem_bytes(g) == 3 * (3 * 4096 + 2 * 512 + slice_tile + 512) + 2 * slice_tile < fam.rec_smem_bytes(twin)
+        for case in FAMILY.check_cases()[:3] + FAMILY.benchmark_cases("all")[:6]:
+            (prep, rec), (prep1, rec1) = FAMILY.launch(g, case), FAMILY.launch(twin, case)
+            assert prep == prep1 and (rec.kernel, rec.grid, rec.block, rec.args) == (rec1.kernel, rec1.grid, rec1.block, rec1.args)
+            assert rec.shared_bytes == fam.rec_smem_bytes(g)
+        assert "wgmma" in FAMILY.promises(g) and "wgmma" not in FAMILY.promises(twin)
+    base = dict(NAMED["split-bf16-compact-wgmma"])
+    assert SPACE.is_valid(base) and SPACE.is_valid(dict(base, prep="v3")) and SPACE.is_valid(dict(base, order="longest_first"))
+    assert not SPACE.is_valid(dict(base, kernels="fused", prep="v3")) and not SPACE.is_valid(dict(base, rec_v_split=4))
+    for flag in ("split_s", "split_u", "split_w", "split_intra"):
+        assert not SPACE.is_valid(dict(base, prep="v3", **{flag: True})), flag
+    assert sum(1 for g in SPACE.enumerate() if g["rec_mma"] == "wgmma") == 12
+
+
+def _host_gmma():
+    """template.cu's kda_gmma_desc block (descriptor, piece placement, strides) compiled for the host."""
+    import re
+
+    import cuda_host
+
+    text = fam.TEMPLATE.read_text()
+    body = re.search(r"// >>> kda_gmma_desc.*?\n(.*?)// <<< kda_gmma_desc", text, re.S).group(1)
+    wrapper = ('extern "C" void desc(const unsigned* a, const unsigned* l, const unsigned* s, int n, unsigned long long* out) {\n'
+               "    for (int i = 0; i < n; ++i) out[i] = kda_gmma_desc(a[i], l[i], s[i]);\n}\n"
+               'extern "C" void desc_at(const unsigned* a, const int* b, int n, unsigned long long* out) {\n'
+               "    for (int i = 0; i < n; ++i) out[i] = kda_gmma_desc_at(kda_gmma_desc(a[i], 256, 128), b[i]);\n}\n"
+               'extern "C" void piece(int* out) { for (int r = 0; r < 16; ++r) for (int p = 0; p < 16; ++p) out[16 * r + p] = kda_gmma_piece(r, p); }\n'
+               'extern "C" void strides(int* out) { out[0] = KDA_GMMA_K_LBO; out[1] = KDA_GMMA_K_SBO; out[2] = KDA_GMMA_MN_LBO; '
+               "out[3] = KDA_GMMA_MN_SBO; out[4] = KDA_GMMA_K16_STEP; }\n")
+    return cuda_host.host_library("#include <cstdint>\n" + body, wrapper)
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
+def test_gmma_descriptor_bits_and_the_record_placement_are_the_ptx_canonical_layouts():
+    """The descriptor's bit fields as the PTX ISA's table puts them (start address 0-13, leading
+    byte offset 16-29, stride byte offset 32-45, each (x & 0x3FFFF) >> 4; base offset 49-51 and
+    swizzle 62-63 zero: no swizzle), and, for every element each of kda_rec's wgmmas reads, its
+    address by the no-swizzle canonical layout (kernel_model.gmma_canonical_offset) from the
+    descriptor template.cu builds is where kda_rec's cp.async placed that element of the record:
+    w and qd K-major per k16 step (B[k][n] = w[n][16 kk + k]), T and Aqk K-major (B[k][n] = T[n][k]),
+    kr MN-major (B[k][n] = kr[k][n]). What this cannot check: the register fragments (GPU tests)."""
+    import ctypes
+
+    lib = _host_gmma()
+    rng = np.random.default_rng(3)
+    n = 2000
+    addr = rng.integers(0, 1 << 18, n).astype(np.uint32) & ~np.uint32(15)
+    lbo = rng.integers(0, 1 << 18, n).astype(np.uint32) & ~np.uint32(15)
+    sbo = rng.integers(0, 1 << 18, n).astype(np.uint32) & ~np.uint32(15)
+    addr[:3], lbo[:3], sbo[:3] = (0x3FFF0, 16, 0), (0, 0x3FFF0, 256), (227 * 1024 - 16, 128, 0x3FFF0)
+    out = np.zeros(n, dtype=np.uint64)
+    ptr = lambda a: ctypes.c_void_p(a.ctypes.data)
+    lib.desc(ptr(addr), ptr(lbo), ptr(sbo), ctypes.c_int(n), ptr(out))
+    d = out.astype(object)
+    for i in range(n):
+        x = int(d[i])
+        assert x & 0x3FFF == (int(addr[i]) & 0x3FFFF) >> 4 and (x >> 16) & 0x3FFF == (int(lbo[i]) & 0x3FFFF) >> 4
+        assert (x >> 32) & 0x3FFF == (int(sbo[i]) & 0x3FFFF) >> 4
+        assert x & ~((0x3FFF) | (0x3FFF << 16) | (0x3FFF << 32)) == 0      # bits 14-15, 30-31, 46-63 (base offset, swizzle) zero
+    # kda_gmma_desc_at: a start 16 x b bytes on is the descriptor of that address (no carry below 2^18)
+    b = (rng.integers(0, ((1 << 18) - addr.astype(np.int64)) // 16) * 16).astype(np.int32)
+    want, got = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+    lib.desc_at(ptr(addr), ptr(b), ctypes.c_int(n), ptr(got))
+    moved = (addr + b.astype(np.uint32)).astype(np.uint32)
+    l256, s128 = np.full(n, 256, np.uint32), np.full(n, 128, np.uint32)       # held: ptr() keeps no reference
+    lib.desc(ptr(moved), ptr(l256), ptr(s128), ctypes.c_int(n), ptr(want))
+    assert (moved < (1 << 18)).all() and (got == want).all()
+    pieces = np.zeros(256, dtype=np.int32)
+    lib.piece(ptr(pieces))
+    st = np.zeros(5, dtype=np.int32)
+    lib.strides(ptr(st))
+    k_lbo, k_sbo, mn_lbo, mn_sbo, k16 = (int(v) for v in st)
+    place = lambda r, c: int(pieces[16 * r + c // 8]) + (c % 8) * 2      # stored element (row r, column c)
+    assert sorted(pieces) == list(range(0, 4096, 16))                     # a 16 x 128 tile, every piece once
+    for kk in range(8):                                                   # w, qd: m64n16k16 at k16 step kk
+        for nn in range(16):
+            for k in range(16):
+                assert kk * k16 + model.gmma_canonical_offset("K", nn, k, k_lbo, k_sbo) == place(nn, 16 * kk + k)
+    for nn in range(16):                                                  # T, Aqk (16 x 16: piece columns 0, 1)
+        for k in range(16):
+            assert model.gmma_canonical_offset("K", nn, k, k_lbo, k_sbo) == place(nn, k) < 512
+    for nn in range(128):                                                 # kr: m64n128k16, MN-major
+        for k in range(16):
+            assert model.gmma_canonical_offset("MN", nn, k, mn_lbo, mn_sbo) == place(k, nn)
+    # the PTX ISA's own example (MN-major, no swizzle, bf16: LBO 128, SBO 64 elements) in bytes
+    assert [model.gmma_canonical_offset("MN", nn, 0, 256, 128) for nn in (0, 7, 8, 15)] == [0, 14, 128, 142]
+    assert [model.gmma_canonical_offset("MN", 0, k, 256, 128) for k in (0, 1, 8)] == [0, 16, 256]
+
+
+def test_wgmma_register_fragments_are_mma_syncs_per_warp():
+    """The premise of kda_rec_state_wgmma: a warpgroup's m64nNk16 A fragment (from registers) is,
+    warp by warp, mma.sync m16n8k16's A fragment on rows 16 w.., and its fp32 accumulator value
+    4 j + e is mma.sync's m16n8 C tile j's value e, so the state S[16][4] and the packed S^T, U^T
+    registers serve both without a shuffle (kernel_model: CuTe's layouts against the PTX ISA's)."""
+    for w in range(4):
+        for lane in range(32):
+            t = 32 * w + lane
+            for v in range(8):
+                r, c = model.mma_sync_fragment("A", lane, v)
+                assert model.wgmma_fragment("A", t, v) == (16 * w + r, c)
+            for n in (16, 128):
+                for j in range(n // 8):
+                    for e in range(4):
+                        r, c = model.mma_sync_fragment("C", lane, e)
+                        assert model.wgmma_fragment("D", t, 4 * j + e, n) == (16 * w + r, 8 * j + c)
+    # every (row, column) once: the layouts are bijections over the tiles
+    assert len({model.wgmma_fragment("A", t, v) for t in range(128) for v in range(8)}) == 64 * 16
+    assert len({model.wgmma_fragment("D", t, v, 128) for t in range(128) for v in range(64)}) == 64 * 128
+
+
+def _without_wgmma(text: str) -> str:
+    """template.cu as if gene rec_mma did not exist: every `#if KDA_REC_WGMMA` block's first branch
+    dropped, its #else branch kept (other #if blocks untouched)."""
+    out, stack = [], []
+    for ln in text.splitlines(keepends=True):
+        t = ln.strip()
+        if t.startswith("#if"):
+            if t.startswith("#if KDA_REC_WGMMA"):
+                stack.append(["w", False])
+                continue
+            stack.append(["o", True])
+        elif t.startswith("#else") and stack and stack[-1][0] == "w":
+            stack[-1][1] = all(k for _, k in stack[:-1])
+            continue
+        elif t.startswith("#endif") and stack:
+            if stack.pop()[0] == "w":
+                continue
+        if all(k for _, k in stack):
+            out.append(ln)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("name", ["split-bf16-v2-compact", "default"])
+def test_mma_sync_sass_is_untouched_by_the_wgmma_code(tmp_path, name):
+    """rec_mma = mma_sync (every v1-v5 genome) compiles to the same SASS, byte for byte, as the
+    template with the wgmma blocks cut out: the gene's code reaches no other genome (recorded
+    results keep their kernels)."""
+    from fitness.compile import Compiler
+
+    g = NAMED[name]
+    text = fam.TEMPLATE.read_text()
+    cut = _without_wgmma(text)
+    assert "wgmma" not in cut.replace("KDA_REC_WGMMA)", "") and len(cut) < len(text)
+    src = FAMILY.render(g)
+    a = Compiler(tmp_path / "a").compile(src, FAMILY.compile_flags(g))
+    b = Compiler(tmp_path / "b").compile(src.replace(text, cut), FAMILY.compile_flags(g))
+    assert a.ok and b.ok, (a.log[-2000:], b.log[-2000:])
+    if not a.sass:
+        pytest.skip("no cuobjdump: " + a.log[-300:])
+    assert a.sass == b.sass
+
+
+@pytest.mark.parametrize("name", ["split-bf16-compact-wgmma", "split-bf16-v2-compact-wgmma"])
+def test_wgmma_rec_runs_p8_on_hgmma_only(tmp_path, name):
+    """kda_rec's SASS (nvcc 13.0, sm_90a): 18 HGMMA.64x16x16 (u, 8 k16 steps each of WS and o,
+    o += U Aqk) and 1 HGMMA.64x128x16 (the state update) per chunk, no HMMA left (P8 is all of
+    kda_rec's matrix work), the proxy fence before the chunk's barrier; no spills, and its
+    registers and shared memory hold kernel_model.REC_RESIDENT's CTAs per SM as the twin's do
+    (the fitted model's w); kda_prep's SASS is the mma_sync twin's, byte for byte."""
+    import collections
+    import re
+
+    from fitness.compile import Compiler
+
+    g = NAMED[name]
+    twin = SPACE.make(dict(g, rec_mma="mma_sync"))
+    res = {x.key: Compiler(tmp_path / x["rec_mma"]).compile(FAMILY.render(x), FAMILY.compile_flags(x)) for x in (g, twin)}
+    assert all(r.ok for r in res.values())
+    r = res[g.key]
+    if not r.sass:
+        pytest.skip("no cuobjdump: " + r.log[-300:])
+    fn = lambda sass, f: sass.split("Function : " + f)[1].split("Function :")[0]
+    assert fn(r.sass, "kda_prep") == fn(res[twin.key].sass, "kda_prep")
+    s = g["rec_v_split"]
+    for kernel in ("kda_rec_bf16", "kda_rec_fp32"):
+        lines = [ln.split("*/", 1)[1].split(";")[0].strip() for ln in fn(r.sass, kernel).splitlines()
+                 if ln.strip().startswith("/*") and ";" in ln]
+        ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0] for x in lines)
+        assert ops["HGMMA.64x16x16.F32.BF16"] == 18 and ops["HGMMA.64x128x16.F32.BF16"] == 1, ops
+        assert not [k for k in ops if k.startswith("HMMA")] and ops["FENCE.VIEW.ASYNC.S"] == 1
+        rep = r.kernels[kernel]
+        assert rep.spill_store_bytes == 0 and rep.stack_frame_bytes == 0
+        assert model.resident_ctas(fam.rec_threads(g), rep.registers, fam.rec_smem_bytes(g)) == model.REC_RESIDENT[s], rep
+        print(name, kernel, rep.registers, "registers", fam.rec_smem_bytes(g), "bytes of shared memory", len(lines), "instructions")
+    assert static_problems(r, FAMILY, g) == []
+
+
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not found")
 @pytest.mark.parametrize("s", [1, 2, 4])
 def test_rec_slice_is_the_models_grid_and_covers_every_column_once(s):
@@ -347,10 +552,12 @@ def test_slot_sequence_inverts_the_models_slot_map():
                                     dict(NAMED["split-bf16-v2"]), dict(NAMED["split-bf16-v4"]),
                                     dict(DEFAULT, split_w=True, order="longest_first", kernels="split", rec_v_split=2),
                                     dict(NAMED["split-bf16-v2-lean"]), dict(NAMED["split-bf16-v2-compact"]),
-                                    dict(DEFAULT, split_w=True, order="longest_first", kernels="split", prep="lean")],
+                                    dict(DEFAULT, split_w=True, order="longest_first", kernels="split", prep="lean"),
+                                    dict(NAMED["split-bf16-compact-wgmma"]), dict(NAMED["split-bf16-v2-compact-wgmma"])],
                          ids=["default", "all-bf16", "all-split", "longest-first", "split", "split-bf16",
                               "split-all-split-longest", "split-bf16-v2", "split-bf16-v4", "split-all-split-longest-v2",
-                              "split-bf16-v2-lean", "split-bf16-v2-compact", "split-all-split-longest-lean"])
+                              "split-bf16-v2-lean", "split-bf16-v2-compact", "split-all-split-longest-lean",
+                              "split-bf16-compact-wgmma", "split-bf16-v2-compact-wgmma"])
 def test_compiles_without_spills_and_keeps_its_promises(tmp_path, values):
     """nvcc for sm_90a through the judge's compiler; the static_assert on sizeof(KdaSmem) makes
     the compile fail if family.smem_bytes disagrees with the template's layout."""

@@ -9,7 +9,12 @@
 #   (5 kda_prep CTAs per SM) at rec_v_split 2 for fixed/H64 and uniform, at 1 for fixed/H96 and
 #   mixed (v2's three CTAs per SM slow mixed's longest chain), lean (4 per SM) at 2 to tell
 #   occupancy from the loads; v4's split-bf16 / -v2 times are on record in results/kda_fwd_h200.*
-#   (IQRs <= 0.005 ms) and in the probe below; 3 genomes: ~45 s of table in session 13),
+#   (IQRs <= 0.005 ms) and in the probe below; 3 genomes: ~45 s of table in session 13; and v6's
+#   split-bf16-v2-compact-wgmma, split-bf16-compact-wgmma: kda_rec's P8 on wgmma, compiled and
+#   CPU-tested, never run before this table: CHECK against float64 drops it if wrong, but a CUDA
+#   fault in it would end the table's process (tests/test_kda_gpu.py -k wgmma checks it alone;
+#   GENOMES=split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-lean leaves it out); 5 genomes:
+#   ~75 s of table (estimate, session 13's ~15 s a genome), well inside TABLE_S and BUDGET_S),
 #   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-v2 and its lean and compact preps, each launch
 #   timed apart: the fitted split of the time, measured), PROBE_S (90: after the table),
 #   BUDGET_S (300: no scenario starts later), TABLE_S (380: the table's hard limit; what it finished is
@@ -24,7 +29,7 @@ set -o pipefail
 . experiments/device/device_lib.sh
 device_start >/dev/null || exit 1
 . experiments/device/kda_peers_build.sh > "$OUT/kda_peers.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_peers.log"
-GENOMES="${GENOMES:-split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-lean}"
+GENOMES="${GENOMES:-split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-lean,split-bf16-v2-compact-wgmma,split-bf16-compact-wgmma}"
 if ! grep -q "as_launches" experiments/device/kda_fwd_table.py; then
     echo "kda_fwd_table.py launches one kernel per genome: split genomes left out of $GENOMES"
     GENOMES=$(echo "$GENOMES" | tr ',' '\n' | grep -v '^split' | paste -sd, -); GENOMES="default,${GENOMES}"

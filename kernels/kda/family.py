@@ -27,6 +27,10 @@ CTAs per SM for the all-bf16 tiles, `prep_min_blocks`), beta loaded beside q, k,
 slot's sequence in one parallel pass over cu_seqlens, P2 and P4 two channels a thread (bf16
 pairs); `compact` also writes qd, kd, kr over the raw q, k, g (all-bf16 tiles only: 5 CTAs per
 SM); same grid, block and arithmetic.
+
+`rec_mma = wgmma` (v6: split, rec_v_split 1 or 2, all-bf16 only): kda_rec's P8 products on wgmma
+(template.cu's kda_rec_state_wgmma), its record tiles placed for shared-memory descriptors
+(`rec_smem_bytes`); kda_prep and the workspace unchanged.
 """
 
 from __future__ import annotations
@@ -130,12 +134,20 @@ def rec_threads(genome: Mapping[str, Any]) -> int:
     return _D // s // 16 * 32
 
 
+def rec_wgmma(genome: Mapping[str, Any]) -> bool:
+    """kda_rec's P8 on wgmma (gene rec_mma, v6; mma_sync before it): template.cu's KDA_REC_WGMMA."""
+    return dict(genome).get("rec_mma", "mma_sync") == "wgmma"
+
+
 def rec_smem_bytes(genome: Mapping[str, Any]) -> int:
     """Bytes of template.cu's KdaRecSmem (kda_rec): REC_STAGES stages of the v slice and a record
     (padded rows), two output slice tiles; a slice row is V / s + 8 bf16 (KDA_REC_VROW)."""
     nw, ni = _tiles(genome)
     slice_tile = _CHUNK * (_D // rec_v_split(genome) + 8) * 2
-    stage = (1 + 2 * nw) * _TILE + slice_tile + 2 * ni * _CHUNK * _ROW16 * 2 + _D * 4
+    if rec_wgmma(genome):      # (v6) the record's tiles unpadded, in template.cu's kda_gmma_piece order
+        stage = 3 * _CHUNK * _D * 2 + 2 * _CHUNK * _CHUNK * 2 + slice_tile + _D * 4
+    else:
+        stage = (1 + 2 * nw) * _TILE + slice_tile + 2 * ni * _CHUNK * _ROW16 * 2 + _D * 4
     return REC_STAGES * stage + 2 * slice_tile
 
 
@@ -157,7 +169,7 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
             "KDA_SMEM_BYTES": str(smem_bytes(g)), "KDA_PREP_SMEM_BYTES": str(prep_smem_bytes(g)),
             "KDA_REC_SMEM_BYTES": str(rec_smem_bytes(g)), "KDA_REC_BYTES_HOST": str(rec_bytes(g)),
             "KDA_REC_V_SPLIT": str(rec_v_split(g)), "KDA_PREP_LEAN": str(prep_mode(g)),
-            "KDA_PREP_MIN_BLOCKS": str(prep_min_blocks(g))}
+            "KDA_PREP_MIN_BLOCKS": str(prep_min_blocks(g)), "KDA_REC_WGMMA": str(int(rec_wgmma(g)))}
 
 
 class KDAFamily(op.KDAOperation):
@@ -202,7 +214,10 @@ class KDAFamily(op.KDAOperation):
         return {WORKSPACE: BufferSpec((words,), "float32")}
 
     def promises(self, genome: Genome) -> dict[str, Sequence[str]]:
-        return {"tensor_core_mma": ["HMMA.16816.F32.BF16"], "ldmatrix": ["LDSM"], "cp_async": ["LDGSTS"]}
+        out = {"tensor_core_mma": ["HMMA.16816.F32.BF16"], "ldmatrix": ["LDSM"], "cp_async": ["LDGSTS"]}
+        if rec_wgmma(genome):       # kda_rec's products (kda_prep keeps its mma.sync)
+            out["wgmma"] = ["HGMMA.64x16x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"]
+        return out
 
     def resource_limits(self, genome: Genome) -> dict[str, int]:
         return {"spill_bytes": 0, "local_bytes": 0}

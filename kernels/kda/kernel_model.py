@@ -251,6 +251,75 @@ def fit_split_model(rows) -> dict:
     return dict(zip(("prep_us", "a_us", "b_us", "cta_us"), (float(v) for v in p)))
 
 
+def gmma_canonical_offset(major: str, n: int, k: int, lbo: int, sbo: int) -> int:
+    """Byte offset from a wgmma descriptor's start address of element (n, k) of a bf16 B operand in
+    the no-swizzle canonical layout (PTX ISA, "Canonical Layouts", T = 8 bf16 per 16 bytes):
+    K-major ((8, m), (T, 2k)) : ((T, SBO), (1, LBO)), a core matrix being 8 rows n of 16 bytes along k;
+    MN-major ((T, 1, m), (8, k)) : ((1, T, SBO), (T, LBO)), 8 rows k of 16 bytes along n. The
+    specification template.cu's record placement (kda_gmma_piece) and its strides are tested against."""
+    if major == "K":
+        return (n % 8) * 16 + (n // 8) * sbo + (k % 8) * 2 + (k // 8) * lbo
+    if major == "MN":
+        return (n % 8) * 2 + (n // 8) * sbo + (k % 8) * 16 + (k // 8) * lbo
+    raise ValueError(f"major must be 'K' or 'MN', got {major!r}")
+
+
+def _cute(shape, stride, i: int) -> int:
+    """A CuTe layout (nested shape : stride tuples) at flat index i (colexicographic)."""
+    if isinstance(shape, int):
+        return (i % shape) * stride
+    out = 0
+    for sh, st in zip(shape, stride):
+        size = int(np.prod([sh] if isinstance(sh, int) else _flat(sh)))
+        out += _cute(sh, st, i % size)
+        i //= size
+    return out
+
+
+def _flat(t):
+    return [t] if isinstance(t, int) else [x for y in t for x in _flat(y)]
+
+
+def wgmma_fragment(operand: str, thread: int, value: int, n: int = 16) -> tuple[int, int]:
+    """(row, column) of register value `value` of warpgroup thread `thread` (0..127) for a bf16
+    wgmma.m64nNk16: operand "A" (m64k16 from registers: 8 values, 4 registers) or "D" (m64nN fp32:
+    N / 2 values), by CuTe's ALayout_64x16 and CLayout_64xN (thread (4, 8, 4) : (128, 1, 16), values
+    (2, 2, N / 8) : (64, 8, 512) over the column-major (64, K or N) index m + 64 col)."""
+    vals = (2, 2, 2) if operand == "A" else (2, 2, n // 8)
+    off = _cute(((4, 8, 4), vals), ((128, 1, 16), (64, 8, 512)), int(thread) + 128 * int(value))
+    return off % 64, off // 64
+
+
+def mma_sync_fragment(operand: str, lane: int, value: int) -> tuple[int, int]:
+    """(row, column) of value `value` of lane `lane` for mma.sync.m16n8k16 (PTX ISA): "A" (m16k16 bf16,
+    8 values in 4 registers: row g + 8 (register & 1), column 2 t + (value & 1) + 8 (register >> 1)) or
+    "C" (m16n8 fp32, 4 values: row g + 8 (value >> 1), column 2 t + (value & 1)), g = lane / 4, t = lane % 4."""
+    g, t = int(lane) >> 2, int(lane) & 3
+    if operand == "A":
+        r = int(value) >> 1
+        return g + 8 * (r & 1), 2 * t + (int(value) & 1) + 8 * (r >> 1)
+    return g + 8 * (int(value) >> 1), 2 * t + (int(value) & 1)
+
+
+#: PREDICTIONS (session 14, before any device run) for rec_mma = wgmma (v6): the fitted model with
+#: b = kda_rec's cost a warp-chunk on the busiest sub-partition at wgmma's rate instead of mma.sync's:
+#: 52 m16n8k16-equivalents (18 m64n16k16 + 1 m64n128k16 a warpgroup, per warp) at 8-10 cycles
+#: (the tensor cores' peak is ~4.3 cycles an m16n8k16 per sub-partition at 1.98 GHz; N = 16 tiles
+#: and A from registers are assumed to reach half of it or less), 1.98 GHz: 0.21-0.26 us (0.345
+#: fitted for mma.sync at 13.1 cycles). a, cta_us and the residency (150 registers: 1 CTA per SM at
+#: rec_v_split 1, 3 at 2, as mma.sync's) unchanged; kda_prep by PREP_SCALE_PREDICTED.
+WGMMA_B_US_PREDICTED = (0.21, 0.235, 0.26)
+
+
+def wgmma_predicted_ms(lens, H: int, split_v: int, prep: str = "compact") -> tuple[float, float, float]:
+    """(low, central, high) ms of a wgmma genome by split_fit_ms: b from WGMMA_B_US_PREDICTED, kda_prep
+    at PREP_SCALE_PREDICTED[prep] (low with low, central with central, high with high)."""
+    out = []
+    for b, scale in zip(WGMMA_B_US_PREDICTED, PREP_SCALE_PREDICTED[prep]):
+        out.append(sum(split_fit_ms(lens, H, split_v, prep_scale=scale, fit=dict(SPLIT_FIT, b_us=b))))
+    return tuple(out)
+
+
 def workspace_slots(lens) -> list[list[int]]:
     """The split pair's workspace slot of every chunk, per sequence (the specification of
     template.cu's slot map, which kda_slot_sequence inverts): chunk c of sequence n is slot
@@ -263,6 +332,7 @@ def workspace_slots(lens) -> list[list[int]]:
     return out
 
 
-__all__ = ["CHUNK", "REC_LOOP_SASS", "PREP_SCALE_PREDICTED", "REC_RESIDENT", "SESSION13_MS", "SPLIT_FIT", "chunk_model", "fit_split_model", "rec_chunk_us", "rec_grid",
+__all__ = ["CHUNK", "REC_LOOP_SASS", "PREP_SCALE_PREDICTED", "WGMMA_B_US_PREDICTED", "gmma_canonical_offset",
+           "mma_sync_fragment", "wgmma_fragment", "wgmma_predicted_ms", "REC_RESIDENT", "SESSION13_MS", "SPLIT_FIT", "chunk_model", "fit_split_model", "rec_chunk_us", "rec_grid",
            "resident_ctas", "sequence_order", "slot_schedule", "split_fit_ms", "split_fit_terms", "split_time_ms",
            "wave_makespan", "workspace_slots"]

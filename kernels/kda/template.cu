@@ -58,7 +58,8 @@
 #if !defined(KDA_CHUNK) || !defined(KDA_SPLIT_S) || !defined(KDA_SPLIT_U) || !defined(KDA_SPLIT_W) || \
     !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES) || !defined(KDA_ORDER_LONGEST) ||              \
     !defined(KDA_PREP_SMEM_BYTES) || !defined(KDA_REC_SMEM_BYTES) || !defined(KDA_REC_BYTES_HOST) ||          \
-    !defined(KDA_REC_V_SPLIT) || !defined(KDA_PREP_LEAN) || !defined(KDA_PREP_MIN_BLOCKS)
+    !defined(KDA_REC_V_SPLIT) || !defined(KDA_PREP_LEAN) || !defined(KDA_PREP_MIN_BLOCKS) ||                 \
+    !defined(KDA_REC_WGMMA)
 #error "render the template through kernels/kda/family.py (settings are #defines)"
 #endif
 
@@ -122,6 +123,75 @@ __device__ __forceinline__ void mma_split(float (&d)[4], const uint32_t (&ah)[4]
     if (SB) mma16816(d, ah, bl0, bl1);
     if (SA) mma16816(d, al, bh0, bh1);
 }
+#if KDA_REC_WGMMA
+// ---- wgmma (sm_90a; gene rec_mma = wgmma, kda_rec's P8 only) ---------------------------------------
+// >>> kda_gmma_desc (tests/test_kda_template.py compiles this function for the host)
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 the start
+// address, 16-29 the leading dimension byte offset, 32-45 the stride dimension byte offset, each
+// (x & 0x3FFFF) >> 4; base offset (49-51) 0 and swizzle (62-63) 0: the no-swizzle layout, whose
+// core matrices are 8 rows of 16 contiguous bytes (kda_gmma_piece places them).
+__device__ __forceinline__ unsigned long long kda_gmma_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32);
+}
+// The byte offset, within a 16-row tile in kda_rec's shared memory, of the 16-byte piece holding
+// stored row r, elements [8 p, 8 p + 8) (the record's rows are 16 x 128 or 16 x 16 bf16): pieces in
+// column-major order, so core matrix (row block r / 8, piece column p) is 128 contiguous bytes at
+// (2 p + r / 8) x 128. As B of a wgmma that tile is K-major when its rows are N (w, qd, T, Aqk:
+// LBO 256 between K neighbours, SBO 128 between 8-row N blocks) and MN-major when its rows are K
+// (kr: LBO 128 between K blocks, SBO 256 between N neighbours); kernel_model.gmma_canonical_offset
+// is the PTX canonical layout these strides are checked against.
+__device__ __forceinline__ int kda_gmma_piece(int r, int p) { return 16 * (16 * p + r); }
+// the descriptor of start address + `bytes` from one of start address: the start field is addr >> 4
+// of a shared-memory address below 2^18 (228 KB on sm_90), so the add never carries out of it
+__device__ __forceinline__ unsigned long long kda_gmma_desc_at(unsigned long long desc, int bytes) {
+    return desc + (unsigned long long)(bytes >> 4);
+}
+#define KDA_GMMA_K_LBO 256     // K-major tiles (rows are N): K neighbours' core matrices (pieces p, p + 1)
+#define KDA_GMMA_K_SBO 128     // ... and the next 8 rows (N)
+#define KDA_GMMA_MN_LBO 128    // MN-major kr (rows are K): the next 8 rows (K)
+#define KDA_GMMA_MN_SBO 256    // ... and the next 8 columns (N)
+#define KDA_GMMA_K16_STEP 512  // start of k16 step kk of a K-major 16 x 128 tile: kk x 2 piece columns
+// <<< kda_gmma_desc
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+// keeps the compiler from moving accesses of an accumulator across the asynchronous wgmma
+__device__ __forceinline__ void wgmma_hold(float& x) { asm volatile("" : "+f"(x) :: "memory"); }
+// d (m64n16, fp32: this thread's 8 as mma.sync's two m16n8 C tiles) = (ACC ? d : 0) + a b, a
+// (m64k16 bf16, this warp's 16 rows as mma.sync's A fragment) from registers, b (k16n16) K-major
+template <bool ACC>
+__device__ __forceinline__ void wgmma_n16(float (&d)[2][4], const uint32_t (&a)[4], unsigned long long desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(int(ACC)));
+}
+// S (m64n128, fp32: S[j][e] is mma.sync's C tile j) += a b, b (k16n128) MN-major (imm-trans-b 1)
+__device__ __forceinline__ void wgmma_n128_tb(float (&S)[16][4], const uint32_t (&a)[4], unsigned long long desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : "+f"(S[0][0]), "+f"(S[0][1]), "+f"(S[0][2]), "+f"(S[0][3]), "+f"(S[1][0]), "+f"(S[1][1]),
+                   "+f"(S[1][2]), "+f"(S[1][3]), "+f"(S[2][0]), "+f"(S[2][1]), "+f"(S[2][2]), "+f"(S[2][3]),
+                   "+f"(S[3][0]), "+f"(S[3][1]), "+f"(S[3][2]), "+f"(S[3][3]), "+f"(S[4][0]), "+f"(S[4][1]),
+                   "+f"(S[4][2]), "+f"(S[4][3]), "+f"(S[5][0]), "+f"(S[5][1]), "+f"(S[5][2]), "+f"(S[5][3]),
+                   "+f"(S[6][0]), "+f"(S[6][1]), "+f"(S[6][2]), "+f"(S[6][3]), "+f"(S[7][0]), "+f"(S[7][1]),
+                   "+f"(S[7][2]), "+f"(S[7][3]), "+f"(S[8][0]), "+f"(S[8][1]), "+f"(S[8][2]), "+f"(S[8][3]),
+                   "+f"(S[9][0]), "+f"(S[9][1]), "+f"(S[9][2]), "+f"(S[9][3]), "+f"(S[10][0]), "+f"(S[10][1]),
+                   "+f"(S[10][2]), "+f"(S[10][3]), "+f"(S[11][0]), "+f"(S[11][1]), "+f"(S[11][2]), "+f"(S[11][3]),
+                   "+f"(S[12][0]), "+f"(S[12][1]), "+f"(S[12][2]), "+f"(S[12][3]), "+f"(S[13][0]), "+f"(S[13][1]),
+                   "+f"(S[13][2]), "+f"(S[13][3]), "+f"(S[14][0]), "+f"(S[14][1]), "+f"(S[14][2]), "+f"(S[14][3]),
+                   "+f"(S[15][0]), "+f"(S[15][1]), "+f"(S[15][2]), "+f"(S[15][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+#endif
 __device__ __forceinline__ bf16_bits to_bf16(float x) {
     bf16_bits r;
     asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
@@ -684,6 +754,21 @@ struct KdaPrepSmem {                     // KdaSmem less the second stage, v and
     int seq[4];                          // the slot's sequence, its bos and eos (kda_slot_owner's pass)
 #endif
 };
+#if KDA_REC_WGMMA
+// wgmma's B operands (one tile each: the all-bf16 precision only) in kda_gmma_piece's order, the
+// 4 KB tiles first (16-byte aligned starts, as descriptors need)
+struct KdaRecStage {
+    bf16_bits qd[KDA_CHUNK * KDA_D];
+    bf16_bits w[KDA_CHUNK * KDA_D];
+    bf16_bits kr[KDA_CHUNK * KDA_D];
+    bf16_bits T[KDA_CHUNK * KDA_CHUNK];
+    bf16_bits Aqk[KDA_CHUNK * KDA_CHUNK];
+    bf16_bits v[KDA_CHUNK][KDA_REC_VROW];
+    float decay[KDA_D];
+};
+static_assert(KDA_NW == 1 && KDA_NI == 1 && !KDA_SPLIT_S && !KDA_SPLIT_U, "wgmma's P8 is written for one bf16 tile per operand");
+static_assert(KDA_REC_WARPS % 4 == 0, "wgmma's P8 needs whole warpgroups (rec_v_split 1 or 2)");
+#else
 struct KdaRecStage {                     // one chunk's record and v slice, as P8 reads them
     bf16_bits v[KDA_CHUNK][KDA_REC_VROW];
     bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];
@@ -693,6 +778,7 @@ struct KdaRecStage {                     // one chunk's record and v slice, as P
     bf16_bits Aqk[KDA_NI][KDA_CHUNK][KDA_ROW16];
     float decay[KDA_D];
 };
+#endif
 struct KdaRecSmem {
     KdaRecStage stage[KDA_REC_STAGES];
     bf16_bits o[2][KDA_CHUNK][KDA_REC_VROW];  // output staging (this CTA's V slice), alternating chunks
@@ -701,6 +787,90 @@ static_assert(KDA_PREP_LEAN != 2 || (KDA_NW == 1 && KDA_NI == 1), "the compact k
 static_assert(sizeof(KdaPrepSmem) == KDA_PREP_SMEM_BYTES, "kernels/kda/family.py's kda_prep shared-memory size disagrees");
 static_assert(sizeof(KdaRecSmem) == KDA_REC_SMEM_BYTES, "kernels/kda/family.py's kda_rec shared-memory size disagrees");
 static_assert(KDA_REC_BYTES % 16 == 0 && KDA_REC_BYTES == KDA_REC_BYTES_HOST, "kernels/kda/family.py's record size disagrees");
+
+#if KDA_REC_WGMMA
+// P8 on wgmma (gene rec_mma = wgmma): kda_chunk_state's products, each warpgroup (4 warps, 64 rows
+// of S^T) at once: A from the registers as mma.sync's (wgmma's m64nNk16 A fragment is mma.sync's
+// m16n8k16 A per warp, its fp32 D mma.sync's m16n8 C tiles along N), B by descriptors of `st`.
+// u^T = V^T T^T, WS = S^T w^T, o^T = S^T qd^T (8 k16 steps), one commit group; then U = u - WS,
+// o^T += U^T Aqk^T (its own group, waited first so o is staged while the state's update runs),
+// S^T <- e^(G_C) S^T + U^T kr (m64n128k16, kr MN-major). Same operations in the same order as
+// kda_chunk_state's all-bf16 path (tests/test_kda_gpu.py compares the two).
+template <int VROW>
+__device__ __forceinline__ void kda_rec_state_wgmma(const KdaRecStage& st, bf16_bits (*ot)[VROW], float (&S)[16][4],
+                                                    int lane, int warp, int vr, int kc) {
+    uint32_t a[4], sa[KDA_D / 16][4], uh[4];
+    ldsm_x4_t(a, &st.v[(lane & 7) + (lane >> 4) * 8][16 * warp + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+    for (int kk = 0; kk < KDA_D / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sa[kk][r] = pack_bf16(S[2 * kk + (r >> 1)][2 * (r & 1)], S[2 * kk + (r >> 1)][2 * (r & 1) + 1]);
+    // two descriptors of the stage's start (K-major and MN-major strides), the tiles' by offsets
+    const uint32_t base = smem_addr(&st);
+    const unsigned long long dk = kda_gmma_desc(base, KDA_GMMA_K_LBO, KDA_GMMA_K_SBO);
+    const unsigned long long dmn = kda_gmma_desc(base, KDA_GMMA_MN_LBO, KDA_GMMA_MN_SBO);
+    constexpr int oqd = __builtin_offsetof(KdaRecStage, qd), ow = __builtin_offsetof(KdaRecStage, w), okr = __builtin_offsetof(KdaRecStage, kr);
+    constexpr int oT = __builtin_offsetof(KdaRecStage, T), oAqk = __builtin_offsetof(KdaRecStage, Aqk);
+    float U[2][4] = {}, WS[2][4] = {}, O[2][4] = {};
+    wgmma_fence();
+    wgmma_n16<false>(U, a, kda_gmma_desc_at(dk, oT));
+#pragma unroll
+    for (int kk = 0; kk < KDA_D / 16; ++kk) {         // k16 step kk: piece columns 2 kk, 2 kk + 1
+        if (kk == 0) {
+            wgmma_n16<false>(WS, sa[0], kda_gmma_desc_at(dk, ow));
+            wgmma_n16<false>(O, sa[0], kda_gmma_desc_at(dk, oqd));
+        } else {
+            wgmma_n16<true>(WS, sa[kk], kda_gmma_desc_at(dk, ow + kk * KDA_GMMA_K16_STEP));
+            wgmma_n16<true>(O, sa[kk], kda_gmma_desc_at(dk, oqd + kk * KDA_GMMA_K16_STEP));
+        }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            wgmma_hold(U[nt][e]);
+            wgmma_hold(WS[nt][e]);
+            wgmma_hold(O[nt][e]);
+            U[nt][e] -= WS[nt][e];
+        }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) uh[r] = pack_bf16(U[r >> 1][2 * (r & 1)], U[r >> 1][2 * (r & 1) + 1]);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const float d0 = st.decay[8 * j + kc], d1 = st.decay[8 * j + kc + 1];
+        S[j][0] *= d0;
+        S[j][1] *= d1;
+        S[j][2] *= d0;
+        S[j][3] *= d1;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) wgmma_hold(S[j][e]);
+    wgmma_fence();
+    wgmma_n16<true>(O, uh, kda_gmma_desc_at(dk, oAqk));
+    wgmma_commit();
+    wgmma_n128_tb(S, uh, kda_gmma_desc_at(dmn, okr));
+    wgmma_commit();
+    wgmma_wait<1>();                                  // o^T's group (the older one) is done
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            wgmma_hold(O[nt][e]);
+            const int vv = vr + (e >> 1) * 8, cc = 8 * nt + kc + (e & 1);
+            ot[cc][vv] = to_bf16(O[nt][e]);
+        }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) wgmma_hold(S[j][e]);
+}
+#endif
 
 // >>> kda_slot_sequence (tests/test_kda_template.py compiles this function for the host)
 // The sequence owning workspace slot `slot`: the largest n < N with cu[n] / 16 + n <= slot (that
@@ -878,18 +1048,38 @@ __device__ __forceinline__ void kda_rec_body(
         cp_async16(&st.v[sr][spart * 8], v + row + spart * 8, ok ? 16 : 0);
 #pragma unroll
         for (int p = 0; p < KDA_REC_V_SPLIT; ++p) {         // the record's 16 x 16 pieces of each tile
-            const int e = tid + p * KDA_REC_THREADS, r = e >> 4, part = e & 15, off = r * (KDA_D * 2) + part * 16;
+            const int e = tid + p * KDA_REC_THREADS;
+#if KDA_REC_WGMMA
+            // a warp's 32 pieces: rows (e & 7) + 8 (bit 5 of e), 4 piece columns each, so its 16-byte
+            // shared-memory writes (piece stride 16 rows apart in kda_gmma_piece's order) fill all 32
+            // banks per 8 threads and its global reads are 64-byte runs of 8 rows (e: a bijection on 0..255)
+            const int wr = (e & 7) + 8 * ((e >> 5) & 1), wp = ((e >> 3) & 3) + 4 * (e >> 6);
+            const int piece = kda_gmma_piece(wr, wp), woff = wr * (KDA_D * 2) + wp * 16;
+            cp_async16(reinterpret_cast<unsigned char*>(st.qd) + piece, rec + woff, 16);
+            cp_async16(reinterpret_cast<unsigned char*>(st.w) + piece, rec + KDA_OFF_W + woff, 16);
+            cp_async16(reinterpret_cast<unsigned char*>(st.kr) + piece, rec + KDA_OFF_KR + woff, 16);
+#else
+            const int r = e >> 4, part = e & 15, off = r * (KDA_D * 2) + part * 16;
 #pragma unroll
             for (int i = 0; i < KDA_NW; ++i) {
                 cp_async16(&st.qd[i][r][part * 8], rec + i * KDA_TILE_BYTES + off, 16);
                 cp_async16(&st.w[i][r][part * 8], rec + KDA_OFF_W + i * KDA_TILE_BYTES + off, 16);
             }
             cp_async16(&st.kr[r][part * 8], rec + KDA_OFF_KR + off, 16);
+#endif
         }
 #pragma unroll
         for (int p = 0; p < (KDA_SMALL_PIECES + KDA_REC_THREADS - 1) / KDA_REC_THREADS; ++p) {
             const int e = tid + p * KDA_REC_THREADS;
+#if KDA_REC_WGMMA                                    // T then Aqk (one tile each): rows of two pieces
+            if (e < KDA_TA_PIECES)
+                cp_async16(reinterpret_cast<unsigned char*>(e < 32 ? st.T : st.Aqk) + kda_gmma_piece((e >> 1) & 15, e & 1),
+                           rec + kda_small_off(e), 16);
+            else if (e < KDA_SMALL_PIECES)
+                cp_async16(&st.decay[(e - KDA_TA_PIECES) * 4], rec + kda_small_off(e), 16);
+#else
             if (e < KDA_SMALL_PIECES) cp_async16(kda_small_smem(st, e), rec + kda_small_off(e), 16);
+#endif
         }
     };
     auto store_o = [&](int c, int buf) {                     // chunk c's output slice, 16 bytes per thread
@@ -908,12 +1098,19 @@ __device__ __forceinline__ void kda_rec_body(
     for (int c = 0; c < nchunks; ++c) {
         const int s = c % KDA_REC_STAGES;
         cp_async_wait<KDA_REC_STAGES - 2>();                 // chunk c's group has landed (this thread's)
+#if KDA_REC_WGMMA
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // ... and is visible to wgmma's reads
+#endif
         __syncthreads();   // everyone's: stage s is visible; chunk c - 1's P8 is done everywhere, so its
                            // stage may be refilled and its staged o read
         if (c + KDA_REC_STAGES - 1 < nchunks) load(c + KDA_REC_STAGES - 1, (c + KDA_REC_STAGES - 1) % KDA_REC_STAGES);
         cp_async_commit();
         if (c > 0) store_o(c - 1, (c - 1) & 1);
+#if KDA_REC_WGMMA
+        kda_rec_state_wgmma(sm.stage[s], sm.o[c & 1], S, lane, warp, vr, kc);                // P8 (wgmma)
+#else
         kda_chunk_state(sm.stage[s].v, sm.stage[s], sm.o[c & 1], S, lane, warp, vr, kc);   // P8
+#endif
     }
     __syncthreads();
     if (nchunks > 0) store_o(nchunks - 1, (nchunks - 1) & 1);

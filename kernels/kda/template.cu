@@ -1050,10 +1050,10 @@ __device__ __forceinline__ void kda_rec_body(
         for (int p = 0; p < KDA_REC_V_SPLIT; ++p) {         // the record's 16 x 16 pieces of each tile
             const int e = tid + p * KDA_REC_THREADS;
 #if KDA_REC_WGMMA
-            // a warp's 32 pieces: rows (e & 7) + 8 (bit 5 of e), 4 piece columns each, so its 16-byte
-            // shared-memory writes (piece stride 16 rows apart in kda_gmma_piece's order) fill all 32
-            // banks per 8 threads and its global reads are 64-byte runs of 8 rows (e: a bijection on 0..255)
-            const int wr = (e & 7) + 8 * ((e >> 5) & 1), wp = ((e >> 3) & 3) + 4 * (e >> 6);
+            // piece e of kda_gmma_piece's order (row e % 16, column e / 16): a warp's shared-memory
+            // writes are 512 contiguous bytes (no bank conflict) and its global reads whole 32-byte
+            // sectors (columns 2 j and 2 j + 1 of 16 rows)
+            const int wr = e & 15, wp = e >> 4;
             const int piece = kda_gmma_piece(wr, wp), woff = wr * (KDA_D * 2) + wp * 16;
             cp_async16(reinterpret_cast<unsigned char*>(st.qd) + piece, rec + woff, 16);
             cp_async16(reinterpret_cast<unsigned char*>(st.w) + piece, rec + KDA_OFF_W + woff, 16);

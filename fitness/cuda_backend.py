@@ -63,6 +63,12 @@ class CudaStatusError(RuntimeError):
         super().__init__(f"{where + ': ' if where else ''}CUDA error {self.status}")
 
 
+class LaunchOutOfMemory(CudaStatusError):
+    """The candidate's launch refused for want of device memory (the local memory its kernel asks
+    of every thread the device can hold resident): the candidate's failure, which
+    `is_out_of_memory` never takes for the judge's (no freeing and retrying, no judge_out_of_memory)."""
+
+
 class DeviceOutOfMemory(RuntimeError):
     """The judge could not get the device memory it needed, also after freeing what the process
     holds in every allocator and trying once more (raised by the runner, never by an allocator).
@@ -84,7 +90,10 @@ def is_out_of_memory(exc: BaseException) -> bool:
     importing any allocator: cupy's `cupy.cuda.memory.OutOfMemoryError`, torch's
     `torch.OutOfMemoryError` (= torch.cuda.OutOfMemoryError), anything else named OutOfMemoryError,
     a CUDA error of status 2 (a library allocating behind an allocator's back), the RuntimeError text
-    of an older torch, and DeviceOutOfMemory. Triton's OutOfResources (shared memory) is not one."""
+    of an older torch, and DeviceOutOfMemory. Triton's OutOfResources (shared memory) is not one, nor
+    LaunchOutOfMemory (the candidate's)."""
+    if isinstance(exc, LaunchOutOfMemory):
+        return False
     if isinstance(exc, DeviceOutOfMemory):
         return True
     names = {k.__name__ for k in type(exc).__mro__}

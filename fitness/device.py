@@ -94,7 +94,8 @@ from fitness.guarded import GUARD_MIN_BYTES, GuardedBuffer, guard_bytes_for, jud
 from fitness.jobs import BENCH, CHECK, Job, JobResult, TimingConfig
 from fitness.records import CaseResult, Status
 from fitness.timing import (  # noqa: F401 - re-exported
-    CANDIDATE, CHECKED_RANDOM_ROUNDS, MAX_INPUT_SETS, LaunchShield, median_iqr, rotation_sets, time_case)
+    CANDIDATE, CHECKED_RANDOM_ROUNDS, MAX_INPUT_SETS, LaunchShield, launch_candidate, median_iqr, rotation_sets,
+    time_case)
 
 GUARD_BYTES = GUARD_MIN_BYTES      # the smallest guard zone (they grow with the output)
 # Inputs with more elements than this are generated and referenced on the device (when the family
@@ -523,9 +524,7 @@ class DeviceRunner:
 
     # -- verification ------------------------------------------------------------------------------
     def _launch_and_wait(self, steps: Sequence[tuple[Any, Launch]], buffers: Mapping[str, Any], timeout_s: float) -> None:
-        args = [resolve_args(launch, buffers) for _, launch in steps]
-        for (kernel, launch), a in zip(steps, args):
-            self.backend.launch(kernel, launch, a)
+        launch_candidate(self.backend, steps, [resolve_args(launch, buffers) for _, launch in steps])
         self.backend.wait(self.backend.record(), timeout_s)
 
     def _verify_buffers(self, ins: Mapping[str, BufferSpec],

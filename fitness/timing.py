@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fitness import verify
+from fitness.cuda_backend import LaunchOutOfMemory, is_out_of_memory
 from fitness.cuda_errors import clear_pending_errors
 from fitness.guarded import GuardedBuffer, output_prints
 from fitness.records import Status
@@ -50,6 +51,21 @@ def rotation_sets(working_bytes: int, l2_bytes: int, enabled: bool = True, cap: 
     if not enabled or working_bytes <= 0 or working_bytes >= l2_bytes:
         return max(1, minimum)
     return max(1, minimum, min(cap, math.ceil(3 * l2_bytes / working_bytes)))
+
+
+def launch_candidate(backend: Any, steps: Sequence[tuple[Any, Any]], args: Sequence[Sequence[Any]]) -> None:
+    """The candidate's launches in order (step i with args[i]). A launch refused for want of device
+    memory is the candidate's failure (its kernel's local memory, reserved for every resident
+    thread), raised as LaunchOutOfMemory: never the judge's out-of-memory error to free and retry."""
+    for (kernel, launch), a in zip(steps, args):
+        try:
+            backend.launch(kernel, launch, a)
+        except Exception as exc:  # noqa: BLE001
+            if not is_out_of_memory(exc):
+                raise
+            status = backend.cuda_status(exc)
+            raise LaunchOutOfMemory(2 if status is None else status,
+                                    f"the kernel's launch was refused: {type(exc).__name__}: {exc}") from exc
 
 
 def median_iqr(samples: Sequence[float]) -> tuple[float, float]:
@@ -168,8 +184,7 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                 start = backend.record()
                 t_host = time.perf_counter()
                 if impl == CANDIDATE:
-                    for (kernel, launch), a in zip(steps, args[s]):
-                        backend.launch(kernel, launch, a)
+                    launch_candidate(backend, steps, args[s])
                 else:
                     try:
                         result = baselines[(impl, s)]()
@@ -268,5 +283,5 @@ def _fold_all(backend: Any, prints: Sequence[tuple[int, int, list[Any]]]) -> lis
     return out
 
 
-__all__ = ["CANDIDATE", "CHECKED_RANDOM_ROUNDS", "LaunchShield", "MAX_INPUT_SETS", "TimingOutcome", "median_iqr",
-           "rotated", "rotation_sets", "time_case"]
+__all__ = ["CANDIDATE", "CHECKED_RANDOM_ROUNDS", "LaunchShield", "MAX_INPUT_SETS", "TimingOutcome", "launch_candidate",
+           "median_iqr", "rotated", "rotation_sets", "time_case"]

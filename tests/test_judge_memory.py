@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -576,3 +577,35 @@ def test_torchs_and_cudas_out_of_memory_are_retried_too(monkeypatch, error):
     usable, notes = baseline_runs.prepare(backend, fam, None, [{}], ["peer"], cache,
                                           release=lambda: released.append(1))
     assert usable == ["peer"] and notes == {} and released == [1]
+
+
+class CUDADriverError(RuntimeError):              # cupy's name for a refused driver call
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__("CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+
+
+@pytest.mark.parametrize("refused_from", [1, 3])  # the first verification launch; the first timed one
+def test_a_launch_refused_for_memory_is_the_candidates_failure_not_the_judges(monkeypatch, refused_from):
+    """A kernel whose local memory (reserved for every resident thread) the device cannot hold: the
+    driver refuses its launch with CUDA_ERROR_OUT_OF_MEMORY. That is the candidate's RUNTIME_ERROR
+    like any refused launch, not the judge's out-of-memory: the case is not run again, the job
+    stops there (stop_on_failure), and no judge_out_of_memory names it."""
+    device, family, r = _small_runner(monkeypatch)
+    launches = []
+
+    def k_lmem(be, launch, args):
+        launches.append(1)
+        if len(launches) >= refused_from:
+            raise CUDADriverError(2)
+        k_good(be, launch, args)
+
+    r.backend.kernels["lmem"] = k_lmem
+    monkeypatch.setattr(r.backend, "cuda_status", lambda exc: getattr(exc, "status", None)
+                        if isinstance(exc, (CUDADriverError, dev.CudaStatusError)) else None, raising=False)
+    cases = [family.make_case(*CASE, "fp32"), family.make_case(64, 256, "fp32")]
+    res = r.run(replace(bench_job(family, cases), cubin=b"lmem", key="lmem"))
+    c = res.cases[0]
+    assert c.status is Status.RUNTIME_ERROR and "CUDA error 2" in c.message, c.message
+    assert "judge out of device memory" not in c.message and "judge_out_of_memory" not in res.extra
+    assert len(launches) == refused_from and len(res.cases) == 1, (len(launches), res.message)

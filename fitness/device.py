@@ -44,7 +44,12 @@ judge drops its caches, frees both allocators' blocks (`_release`) and tries onc
 reference, a baseline's preparation or timed call, or else the whole case. A second failure is
 a value: the case RUNTIME_ERROR with a message naming the memory it needed ("judge out of device
 memory: ..."; JobResult.extra["judge_out_of_memory"] lists such cases, and the job goes on with
-its next case), or, for a baseline, that baseline's note.
+its next case), or, for a baseline, that baseline's note. Such a job's result asks for a new worker
+(context_lost): memory that freeing every allocator did not give back is held where the judge cannot
+free it (the driver keeps a context's local memory at the most a launched kernel asked for: a
+candidate's kernel with a large stack frame reserves it for every resident thread, for the life of
+the context), and it must not fail the next candidates' jobs on this worker. A candidate's launch
+refused for want of memory is the candidate's RUNTIME_ERROR (fitness.timing.launch_candidate).
 
 Failures are values: launch errors -> RUNTIME_ERROR (sticky ones such as an illegal address set
 context_lost so the worker is replaced), a launch exceeding max_case_seconds -> TIMEOUT (with
@@ -357,6 +362,7 @@ class DeviceRunner:
         extra: dict[str, Any] = {"internal_error": True} if internal else {}
         if judge_oom:
             extra["judge_out_of_memory"] = list(judge_oom)
+            context_lost = True          # what freeing did not give back stays with this process: a new worker
         self._context_lost = self._context_lost or context_lost
         return JobResult(job_id=job.job_id, status=status, cases=tuple(results), message=message,
                          device=self.device, copy_ceiling_tbps=self.copy_ceiling_tbps,

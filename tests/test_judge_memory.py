@@ -456,6 +456,10 @@ def test_a_reference_out_of_memory_twice_is_the_cases_failure_not_a_judge_error(
     # the judge's memory says nothing of the candidate: the next case is still judged, and passes
     assert len(res.cases) == 2 and res.cases[1].status is Status.OK, res.cases[1].message
     assert res.status is Status.RUNTIME_ERROR
+    # but what freeing did not give back (a candidate's kernel can have the driver keep its local
+    # memory for the life of the context) must not fail the next jobs: the worker is replaced
+    assert res.context_lost
+    assert not r.run(bench_job(family, [small], job_id="j2")).context_lost
 
 
 def test_a_reference_out_of_memory_while_timed_is_retried(monkeypatch):

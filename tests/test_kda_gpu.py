@@ -156,6 +156,31 @@ def cp_empty(spec):
     return arr
 
 
+def _twin_outputs(tmp_path, cp, genome, twin, cases, seed):
+    """Both genomes compiled and run on the same fresh inputs of every case (distributions
+    alternating, RandomState(seed + i)); yields (case, output name, genome's raw output, its float64,
+    twin's float64, differing elements, relative RMS of the difference): what every twin test judges."""
+    from fitness.compile import Compiler
+    from fitness.cuda_backend import CupyBackend
+
+    backend = CupyBackend()
+    modules = {}
+    for g in (genome, twin):
+        res = Compiler(tmp_path / "compile").compile(FAMILY.render(g), FAMILY.compile_flags(g))
+        assert res.ok, res.log[-2000:]
+        modules[g.key] = backend.load(res.cubin())
+    for i, case in enumerate(cases):
+        dev = FAMILY.make_inputs(case, cp.random.RandomState(seed + i), FAMILY.distributions[i % 2], xp=cp)
+        a = _run_genome(backend, genome, case, dev, modules[genome.key])
+        b = _run_genome(backend, twin, case, dev, modules[twin.key])
+        for name, x in a.items():
+            dt = dtypes.canonical(FAMILY.io(case)[1][name].dtype)
+            xa, xb = dtypes.to_float64(x, dt), dtypes.to_float64(b[name], dt)
+            differ = int((x != b[name]).sum())
+            rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
+            yield case, name, x, xa, xb, differ, rel
+
+
 @pytest.mark.parametrize("precision", ["split", "split-bf16"])
 def test_split_pair_equals_its_fused_twin(tmp_path, cp, precision):
     """The split pair runs the fused kernel's own code (kda_chunk_prep, kda_chunk_state) on the same
@@ -163,30 +188,14 @@ def test_split_pair_equals_its_fused_twin(tmp_path, cp, precision):
     prediction: 0 differing elements). Asserted: at most 1 element in 10^4 differs and the
     difference's relative RMS is under 1e-3 (a compiler's different fp32 contraction could flip a
     bf16 rounding now and then; a wrong slot, stage or row moves whole tiles by O(1))."""
-    from fitness.compile import Compiler
-    from fitness.cuda_backend import CupyBackend
     from genomes.kda import NAMED, SPACE
 
     split = NAMED[precision]
     fused = SPACE.make(dict(split, kernels="fused"))
-    backend = CupyBackend()
-    modules = {}
-    for g in (split, fused):
-        res = Compiler(tmp_path / "compile").compile(FAMILY.render(g), FAMILY.compile_flags(g))
-        assert res.ok, res.log[-2000:]
-        modules[g.key] = backend.load(res.cubin())
     cases = FAMILY.benchmark_cases("smoke") + FAMILY.check_cases()[:6]
-    for i, case in enumerate(cases):
-        dev = FAMILY.make_inputs(case, cp.random.RandomState(300 + i), FAMILY.distributions[i % 2], xp=cp)
-        a = _run_genome(backend, split, case, dev, modules[split.key])
-        b = _run_genome(backend, fused, case, dev, modules[fused.key])
-        for name, x in a.items():
-            dt = dtypes.canonical(FAMILY.io(case)[1][name].dtype)
-            xa, xb = dtypes.to_float64(x, dt), dtypes.to_float64(b[name], dt)
-            differ = int((x != b[name]).sum())
-            rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
-            print(precision, case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
-            assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
+    for case, name, x, _, _, differ, rel in _twin_outputs(tmp_path, cp, split, fused, cases, 300):
+        print(precision, case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
+        assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
 
 
 @pytest.mark.parametrize("s", [2, 4])
@@ -195,31 +204,15 @@ def test_v_split_equals_split_bf16(tmp_path, cp, s):
     split-bf16-v{s}'s o and final state should equal split-bf16's bit for bit (asserted as the
     fused twin's test: at most 1 element in 10^4 differs, difference rel RMS < 1e-3; a wrong
     slice offset moves whole 16-column blocks by O(1))."""
-    from fitness.compile import Compiler
-    from fitness.cuda_backend import CupyBackend
     from genomes.kda import NAMED
 
     base, sliced = NAMED["split-bf16"], NAMED[f"split-bf16-v{s}"]
-    backend = CupyBackend()
-    modules = {}
-    for g in (base, sliced):
-        res = Compiler(tmp_path / "compile").compile(FAMILY.render(g), FAMILY.compile_flags(g))
-        assert res.ok, res.log[-2000:]
-        modules[g.key] = backend.load(res.cubin())
     other = [c for c in FAMILY.check_cases() if c.params["state"] == "bf16" or c.params["layout"] == "kv"]
     cases = FAMILY.benchmark_cases("smoke")[1:2] + FAMILY.check_cases()[:4] + other[:2]   # both state layouts
     assert {c.params["layout"] for c in cases} == {"vk", "kv"}
-    for i, case in enumerate(cases):
-        dev = FAMILY.make_inputs(case, cp.random.RandomState(500 + i), FAMILY.distributions[i % 2], xp=cp)
-        a = _run_genome(backend, sliced, case, dev, modules[sliced.key])
-        b = _run_genome(backend, base, case, dev, modules[base.key])
-        for name, x in a.items():
-            dt = dtypes.canonical(FAMILY.io(case)[1][name].dtype)
-            xa, xb = dtypes.to_float64(x, dt), dtypes.to_float64(b[name], dt)
-            differ = int((x != b[name]).sum())
-            rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
-            print(f"v{s}", case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
-            assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
+    for case, name, x, _, _, differ, rel in _twin_outputs(tmp_path, cp, sliced, base, cases, 500):
+        print(f"v{s}", case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
+        assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
 
 
 def test_lean_prep_passes_the_judge_on_check_and_smoke_cases(tmp_path, cp):
@@ -240,30 +233,14 @@ def test_lean_prep_equals_v3_prep(tmp_path, cp, precision, prep):
     FP and HMMA instructions; compact too), only its loads and shared-memory places differ: o and the final state
     should equal v3's bit for bit (asserted as the twins' tests: at most 1 element in 10^4, rel RMS
     < 1e-3; w overwriting kp / km too early, or a wrong slot owner, moves whole tiles by O(1))."""
-    from fitness.compile import Compiler
-    from fitness.cuda_backend import CupyBackend
     from genomes.kda import NAMED, SPACE
 
     base = NAMED[precision]
     lean = SPACE.make(dict(base, prep=prep))
-    backend = CupyBackend()
-    modules = {}
-    for g in (base, lean):
-        res = Compiler(tmp_path / "compile").compile(FAMILY.render(g), FAMILY.compile_flags(g))
-        assert res.ok, res.log[-2000:]
-        modules[g.key] = backend.load(res.cubin())
     cases = FAMILY.benchmark_cases("smoke") + FAMILY.check_cases()
-    for i, case in enumerate(cases):
-        dev = FAMILY.make_inputs(case, cp.random.RandomState(700 + i), FAMILY.distributions[i % 2], xp=cp)
-        a = _run_genome(backend, lean, case, dev, modules[lean.key])
-        b = _run_genome(backend, base, case, dev, modules[base.key])
-        for name, x in a.items():
-            dt = dtypes.canonical(FAMILY.io(case)[1][name].dtype)
-            xa, xb = dtypes.to_float64(x, dt), dtypes.to_float64(b[name], dt)
-            differ = int((x != b[name]).sum())
-            rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
-            print(prep, precision, case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
-            assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
+    for case, name, x, _, _, differ, rel in _twin_outputs(tmp_path, cp, lean, base, cases, 700):
+        print(prep, precision, case.id, name, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
+        assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, name, differ, rel)
 
 
 @pytest.mark.slow
@@ -295,31 +272,15 @@ def test_wgmma_rec_equals_its_mma_sync_twin(tmp_path, cp, name):
     0.02 of the whole's RMS. A wrong descriptor stride, piece placement or fragment row moves whole
     8 x 8 blocks by O(1) (a row's 8 of 128 elements: ~0.25); a missing proxy fence or wait gives stale
     tiles in some chunks: those tokens' rows by O(1)."""
-    from fitness.compile import Compiler
-    from fitness.cuda_backend import CupyBackend
     from genomes.kda import NAMED, SPACE
 
     wg = NAMED[name]
     twin = SPACE.make(dict(wg, rec_mma="mma_sync"))
-    backend = CupyBackend()
-    modules = {}
-    for g in (wg, twin):
-        res = Compiler(tmp_path / "compile").compile(FAMILY.render(g), FAMILY.compile_flags(g))
-        assert res.ok, res.log[-2000:]
-        modules[g.key] = backend.load(res.cubin())
     cases = FAMILY.benchmark_cases("smoke") + FAMILY.check_cases()
     assert {c.params["layout"] for c in cases} == {"vk", "kv"}
-    for i, case in enumerate(cases):
-        dev = FAMILY.make_inputs(case, cp.random.RandomState(900 + i), FAMILY.distributions[i % 2], xp=cp)
-        a = _run_genome(backend, wg, case, dev, modules[wg.key])
-        b = _run_genome(backend, twin, case, dev, modules[twin.key])
-        for out, x in a.items():
-            dt = dtypes.canonical(FAMILY.io(case)[1][out].dtype)
-            xa, xb = dtypes.to_float64(x, dt), dtypes.to_float64(b[out], dt)
-            differ = int((x != b[out]).sum())
-            rel = float(np.linalg.norm(xa - xb) / (np.linalg.norm(xb) or 1.0))
-            rows = (xa - xb).reshape(-1, 128 if out == "o" else 128 * 128)
-            whole = float(np.sqrt(np.mean(xb ** 2))) or 1.0
-            worst = float(np.sqrt(np.mean(rows ** 2, axis=1)).max() / whole) if rows.size else 0.0
-            print(name, case.id, out, "differing elements", differ, "of", x.size, f"rel {rel:.2e} worst row {worst:.2e}")
-            assert rel < 1e-3 and worst < 0.02, (case.id, out, differ, rel, worst)
+    for case, out, x, xa, xb, differ, rel in _twin_outputs(tmp_path, cp, wg, twin, cases, 900):
+        rows = (xa - xb).reshape(-1, 128 if out == "o" else 128 * 128)
+        whole = float(np.sqrt(np.mean(xb ** 2))) or 1.0
+        worst = float(np.sqrt(np.mean(rows ** 2, axis=1)).max() / whole) if rows.size else 0.0
+        print(name, case.id, out, "differing elements", differ, "of", x.size, f"rel {rel:.2e} worst row {worst:.2e}")
+        assert rel < 1e-3 and worst < 0.02, (case.id, out, differ, rel, worst)

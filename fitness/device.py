@@ -213,20 +213,24 @@ class _CaseOutcome:
 
 class _OomRetry:
     """A prepared baseline as timed: an out-of-memory error in a call frees what the process
-    holds (`release`) and calls it once more (that sample then includes the freeing: `retried`
-    says so in the case's message); a second one raises DeviceOutOfMemory, which the timing loop
-    turns into the baseline's note ("failed while timed")."""
+    holds (`release`) and calls it once more; that call's events hold the freeing, so `freed` tells
+    the timing loop to keep no sample of it (`retried` counts them for the case's message); a
+    second one raises DeviceOutOfMemory, which the timing loop turns into the baseline's note
+    ("failed while timed")."""
 
     def __init__(self, fn: Any, release: Any):
         self.fn, self.release = fn, release
         self.retried = 0
+        self.freed = False
 
     def __call__(self) -> Any:
+        self.freed = False
         try:
             return self.fn()
         except Exception as exc:  # noqa: BLE001
             if not is_out_of_memory(exc):
                 raise
+        self.freed = True
         self.release()                 # outside the except block: the traceback pins nothing now
         try:
             result = self.fn()
@@ -761,7 +765,7 @@ class DeviceRunner:
         for (n, _), w in timed.items():
             retried[n] += w.retried
         msgs += [f"baseline {n}: ran out of device memory while timed and was called again after freeing every "
-                 f"cache and allocator ({k} of its samples include that)" for n, k in retried.items()
+                 f"cache and allocator ({k} such calls, not counted as samples)" for n, k in retried.items()
                  if k and n not in outcome.dropped]
         msgs += outcome.notes
         msgs.append(f"{outcome.launches} launches poisoned and fingerprinted, {len(outcome.judged)} judged in full")

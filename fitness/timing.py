@@ -138,8 +138,9 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
 
     `judge(s, baseline_results)` judges the outputs now in out_sets[s] (the candidate's last
     launch on set s) and returns a problem or None; for set 0's final judgement it also gets each
-    baseline's last result there, to check against the same reference. `deterministic`: the outputs whose every launch on a set must be
-    bit-identical. `rng` is the job's run-time generator (which launches are judged)."""
+    baseline's last result there, to check against the same reference. A baseline call after which
+    the callable's `freed` is true (the judge freed device memory inside it) is no sample.
+    `deterministic`: the outputs whose every launch on a set must be bit-identical. `rng` is the job's run-time generator (which launches are judged)."""
     n_sets = len(out_sets)
     impls = [CANDIDATE] + list(names)
     samples: dict[str, list[float]] = {i: [] for i in impls}
@@ -186,8 +187,9 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                 if impl == CANDIDATE:
                     launch_candidate(backend, steps, args[s])
                 else:
+                    call = baselines[(impl, s)]
                     try:
-                        result = baselines[(impl, s)]()
+                        result = call()
                         if s == 0:
                             kept[impl] = result          # checked after the timing (judge's `baselines`)
                         del result
@@ -197,6 +199,8 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                         clear_pending_errors()          # its error must not become the next call's
                         dropped[impl] = f"baseline {impl}: failed while timed: {type(exc).__name__}: {exc}"
                         continue
+                    if getattr(call, "freed", False):
+                        continue                        # the device's memory was freed between its events: no sample
                 shield.record(impl, time.perf_counter() - t_host)
                 end = backend.record()
                 pending.append((rr, impl, start, end))

@@ -519,20 +519,27 @@ def test_a_baseline_out_of_memory_while_timed_is_retried_then_dropped_with_its_n
 
                 def run():
                     calls["n"] += 1
-                    if calls["n"] == 4:           # past the trial runs on both sets: while timed
-                        device.inject["graph"] = budget["n"]
+                    if calls["n"] == 4 or (budget["every"] and calls["n"] > 4 and calls["n"] % 2 == 0):
+                        device.inject["graph"] = budget["n"]  # past the trial runs on both sets: while timed
                     return fn()
                 return BaselineRun(run, fn.as_outputs)
             out.append(Baseline(b.name, b.available, prepare))
         return out
 
     monkeypatch.setattr(family, "baselines", baselines)
-    budget = {"n": 1}
+    budget = {"n": 1, "every": False}
     res = r.run(bench_job(family, [case], reps=6))
     c = res.cases[0]
     assert res.status is Status.OK and "graph" in c.baselines_us, res.message
     assert "baseline graph: ran out of device memory while timed and was called again" in c.message
-    calls["n"], budget["n"] = 0, 2
+    assert "(1 such calls, not counted as samples)" in c.message, c.message
+    # every timed call freed the device between its events: none of them is a sample of graph
+    calls["n"], budget["every"] = 0, True
+    res = r.run(bench_job(family, [case], reps=6, job_id="j1"))
+    c = res.cases[0]
+    assert res.status is Status.OK and "graph" not in c.baselines_us and "roofline" in c.baselines_us, c.message
+    assert "not counted as samples" in c.message, c.message
+    calls["n"], budget["n"], budget["every"] = 0, 2, False
     res = r.run(bench_job(family, [case], reps=6, job_id="j2"))
     c = res.cases[0]
     assert res.status is Status.OK and "graph" not in c.baselines_us and "roofline" in c.baselines_us, c.message

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from fitness import dtypes, verify
-from fitness.cuda_backend import STICKY_CUDA_ERRORS, format_bytes, is_out_of_memory, oom_bytes
+from fitness.cuda_backend import STICKY_CUDA_ERRORS, first_line, format_bytes, is_out_of_memory, oom_bytes
 from fitness.cuda_errors import clear_pending_errors
 from fitness.family import BufferSpec, Case, KernelFamily
 from fitness.guarded import spec_dtype
@@ -165,7 +165,7 @@ def _prepare_one(backend: Any, b: Any, case: Case, sets: Sequence[Mapping[str, A
         if is_out_of_memory(exc):
             needed = oom_bytes(exc)
             size = f"an allocation of {format_bytes(needed)} failed: " if needed else ""
-            return OUT_OF_MEMORY, f"out of device memory ({size}{type(exc).__name__}: {_first_line(exc)})"
+            return OUT_OF_MEMORY, f"out of device memory ({size}{type(exc).__name__}: {first_line(exc)})"
         status = backend.cuda_status(exc)
         if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
             raise
@@ -176,11 +176,6 @@ def _prepare_one(backend: Any, b: Any, case: Case, sets: Sequence[Mapping[str, A
 def _forget(cache: BaselineCache, name: str, n_sets: int) -> None:
     for s in range(n_sets):
         cache.runs.pop((name, s), None)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else "")[:300]
 
 
 def _release(backend: Any, release: Callable[[], Any] | None) -> None:

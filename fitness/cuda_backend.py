@@ -127,6 +127,11 @@ def oom_bytes(exc: BaseException) -> int | None:
     return None
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of what an exception says (at most 300 characters), for a message."""
+    return (str(exc).strip().splitlines() or [""])[0][:300]
+
+
 def format_bytes(nbytes: int | None) -> str:
     """A size for a message: 16.00 GiB, 2.00 MiB, 64.0 KiB, 100 B ("?" for None)."""
     if nbytes is None:

@@ -85,14 +85,14 @@ import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from fitness import baseline_runs, dtypes, verify
 from fitness.cuda_backend import (  # noqa: F401 - re-exported: tests and workers name them here
     STATIC_SMEM_LIMIT, STICKY_CUDA_ERRORS, CudaStatusError, CupyBackend, DeviceOutOfMemory, KernelTimeout,
-    LaunchInvalid, format_bytes, is_out_of_memory, oom_bytes)
+    LaunchInvalid, first_line, format_bytes, is_out_of_memory, oom_bytes)
 from fitness.cuda_errors import clear_pending_errors
 from fitness.family import Buffer, BufferSpec, Case, KernelFamily, Launch, kernel_arg, load_family
 from fitness.guarded import GUARD_MIN_BYTES, GuardedBuffer, guard_bytes_for, judge_outputs, spec_dtype  # noqa: F401
@@ -215,11 +215,11 @@ class _OomRetry:
     """A prepared baseline as timed: an out-of-memory error in a call frees what the process
     holds (`release`) and calls it once more; that call's events hold the freeing, so `freed` tells
     the timing loop to keep no sample of it (`retried` counts them for the case's message); a
-    second one raises DeviceOutOfMemory, which the timing loop turns into the baseline's note
-    ("failed while timed")."""
+    second one raises DeviceOutOfMemory (`give_up(exc)`'s, if given), which the timing loop turns
+    into the baseline's note ("failed while timed"). The runner's references retry through it too."""
 
-    def __init__(self, fn: Any, release: Any):
-        self.fn, self.release = fn, release
+    def __init__(self, fn: Any, release: Any, give_up: Callable[[BaseException], DeviceOutOfMemory] | None = None):
+        self.fn, self.release, self.give_up = fn, release, give_up
         self.retried = 0
         self.freed = False
 
@@ -237,11 +237,12 @@ class _OomRetry:
         except Exception as exc:  # noqa: BLE001
             if not is_out_of_memory(exc):
                 raise
+            if self.give_up is not None:
+                raise self.give_up(exc) from None
             needed = oom_bytes(exc)
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
             size = f" (an allocation of {format_bytes(needed)} failed)" if needed else ""
             raise DeviceOutOfMemory(f"out of device memory{size}, also after freeing every cache and allocator "
-                                    f"and trying again [{type(exc).__name__}: {first}]", needed) from None
+                                    f"and trying again [{type(exc).__name__}: {first_line(exc)}]", needed) from None
         self.retried += 1
         return result
 
@@ -384,19 +385,13 @@ class DeviceRunner:
         """One case; an allocation that fails where no narrower retry covers it (buffers, copies)
         frees everything the judge holds and runs the case once more (verification included: it
         is deterministic in the job's seed); a second failure is the judge's, as a value."""
-        outcome = self._run_case_once(job, family, module, kernels, idx, case, launch)
-        if outcome.judge_oom and not outcome.context_lost:
-            self._release()                       # the next case starts from what the device has
-        if not outcome.retry_oom:
-            return outcome
-        self._release()
-        again = self._run_case_once(job, family, module, kernels, idx, case, launch)
-        if not again.retry_oom:
-            if again.judge_oom and not again.context_lost:
-                self._release()
-            return again
-        self._release()
-        return _CaseOutcome(again.result, judge_oom=True)
+        for _ in range(2):
+            outcome = self._run_case_once(job, family, module, kernels, idx, case, launch)
+            if outcome.retry_oom or (outcome.judge_oom and not outcome.context_lost):
+                self._release()                   # the retry, or the next case, starts from what the device has
+            if not outcome.retry_oom:
+                return outcome
+        return _CaseOutcome(outcome.result, judge_oom=True)
 
     def _run_case_once(self, job: Job, family: KernelFamily, module: Any, kernels: dict[str, Any], idx: int,
                        case: Case, launch: Launch | Sequence[Launch]) -> _CaseOutcome:
@@ -498,22 +493,18 @@ class DeviceRunner:
         and the references are made once more (with the same draws of `rng`); a second failure
         raises DeviceOutOfMemory naming the memory the references needed."""
         state = getattr(getattr(rng, "bit_generator", None), "state", None)
-        try:
-            return self._make_references(family, case, source, rng)
-        except Exception as exc:  # noqa: BLE001
-            if not is_out_of_memory(exc):
-                raise
-        self._release(keep=keep)            # outside the except block: its traceback pins nothing now
-        if state is not None:
-            rng.bit_generator.state = state
-        try:
-            return self._make_references(family, case, source, rng)
-        except Exception as exc:  # noqa: BLE001
-            if not is_out_of_memory(exc):
-                raise
-            raise DeviceOutOfMemory(self._oom_message("the float64 reference", family, case, exc,
-                                                      "also after freeing every cache and allocator and trying again"),
-                                    oom_bytes(exc)) from None
+
+        def release() -> None:
+            self._release(keep=keep)
+            if state is not None:
+                rng.bit_generator.state = state          # the retry draws what the failed attempt drew
+
+        def give_up(exc: BaseException) -> DeviceOutOfMemory:
+            return DeviceOutOfMemory(self._oom_message("the float64 reference", family, case, exc,
+                                                       "also after freeing every cache and allocator and trying again"),
+                                     oom_bytes(exc))
+
+        return _OomRetry(lambda: self._make_references(family, case, source, rng), release, give_up)()
 
     def _make_references(self, family: KernelFamily, case: Case, source: Mapping[str, Any],
                          rng: np.random.Generator) -> tuple[dict[str, Any] | None, dict[str, tuple[Any, Any]] | None]:
@@ -669,8 +660,7 @@ class DeviceRunner:
                 parts.append("device: " + ", ".join(f"{k} {format_bytes(v)}" for k, v in use().items()))
             except Exception:  # noqa: BLE001
                 pass
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        return f"judge out of device memory: {'; '.join(parts)}; {after} [{type(exc).__name__}: {first}]"
+        return f"judge out of device memory: {'; '.join(parts)}; {after} [{type(exc).__name__}: {first_line(exc)}]"
 
     def _bench(self, job: Job, family: KernelFamily, case: Case, steps: Sequence[tuple[Any, Launch]],
                ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], scratch: Mapping[str, BufferSpec],

@@ -620,3 +620,24 @@ def test_a_launch_refused_for_memory_is_the_candidates_failure_not_the_judges(mo
     assert c.status is Status.RUNTIME_ERROR and "CUDA error 2" in c.message, c.message
     assert "judge out of device memory" not in c.message and "judge_out_of_memory" not in res.extra
     assert len(launches) == refused_from and len(res.cases) == 1, (len(launches), res.message)
+
+
+def test_a_sampled_reference_retried_after_out_of_memory_draws_the_same_rows(monkeypatch):
+    """The reference's retry restores the generator: the rows it samples are the ones the failed
+    attempt drew, and the launches the timing loop judges later are chosen as without the error."""
+    device, family, r = _small_runner(monkeypatch, baselines=())
+    case = family.make_case(*CASE, "fp32", sample_rows=8)
+    rows: list[bytes] = []
+    orig = family.reference
+
+    def reference(c, inputs):                     # a sampled case's reference is of its rows only
+        rows.append(np.asarray(inputs["x"]).tobytes())
+        if len(rows) == 1:
+            device.inject["reference"] = 1
+        return orig(c, inputs)
+
+    monkeypatch.setattr(family, "reference", reference)
+    res = r.run(bench_job(family, [case], baselines=()))
+    assert res.status is Status.OK, res.message
+    assert len(device.ooms) == 1 and len(rows) > 2
+    assert rows[1] == rows[0] and rows[2] != rows[0]

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fitness import verify
-from fitness.cuda_backend import LaunchOutOfMemory, is_out_of_memory
+from fitness.cuda_backend import STICKY_CUDA_ERRORS, LaunchOutOfMemory, is_out_of_memory
 from fitness.cuda_errors import clear_pending_errors
 from fitness.guarded import GuardedBuffer, output_prints
 from fitness.records import Status
@@ -194,8 +194,9 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                             kept[impl] = result          # checked after the timing (judge's `baselines`)
                         del result
                     except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
-                        if backend.cuda_status(exc) is not None:
-                            raise
+                        status = backend.cuda_status(exc)
+                        if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
+                            raise                       # the context is gone (maybe the candidate's fault surfacing)
                         clear_pending_errors()          # its error must not become the next call's
                         dropped[impl] = f"baseline {impl}: failed while timed: {type(exc).__name__}: {exc}"
                         continue

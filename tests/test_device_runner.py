@@ -430,6 +430,38 @@ def test_bench_times_candidate_and_baselines():
     assert len(next(iter(r._timing.values())).sets) > 1
 
 
+@pytest.mark.parametrize("status", [1, 700])
+def test_a_baseline_refused_by_cuda_while_timed_is_blamed_on_the_candidate_only_when_the_context_is_gone(
+        monkeypatch, status):
+    """A baseline's own refused CUDA call while timed (status 1, the context alive) is that
+    baseline's note, as when it is prepared; a sticky error (an illegal address: maybe the
+    candidate's fault surfacing in the baseline's call) is raised, and the worker replaced."""
+    def prepare_refused(case, device_inputs):
+        calls = []
+
+        def run():
+            calls.append(1)
+            if len(calls) > 2:                     # past its trial runs on both input sets
+                if status in dev.STICKY_CUDA_ERRORS:
+                    r.backend.dead = True
+                raise FakeCudaError(status)
+            return _compute(device_inputs["x"], device_inputs["w"])[0]
+        return run
+
+    orig = Family.baselines
+    monkeypatch.setattr(Family, "baselines", lambda self: orig(self) + [Baseline("refused", lambda: True,
+                                                                                 prepare_refused)])
+    r = runner(KERNELS, l2_bytes=1)
+    res = r.run(job("good", BENCH, baselines=("refused", "numpy")))
+    if status == 1:
+        assert res.status is Status.OK and not res.context_lost, res.message
+        c = res.cases[1]
+        assert "refused" not in c.baselines_us and "numpy" in c.baselines_us
+        assert "baseline refused: failed while timed: FakeCudaError" in c.message, c.message
+    else:
+        assert res.status is Status.RUNTIME_ERROR and res.context_lost, res.message
+
+
 def test_a_baseline_failing_while_timed_is_dropped_not_blamed_on_the_candidate():
     res = runner(KERNELS, l2_bytes=1).run(job("good", BENCH, baselines=("flaky", "numpy")))
     assert res.status is Status.OK, res.message

@@ -58,15 +58,21 @@ def test_a_runtime_that_cannot_be_opened_is_skipped_not_raised():
     assert clear_pending_errors(["gone", "here"], opener=opener) == {"here": 1}
 
 
-def test_the_real_call_never_loads_a_runtime_this_process_has_not_mapped(tmp_path):
-    # RTLD_NOLOAD: opening a library that is not mapped fails, so nothing is loaded anew
-    before = loaded_runtimes()
-    assert clear_pending_errors([str(tmp_path / "libcudart.so.13")]) == {}
-    assert loaded_runtimes() == before
-
-
 RUNTIME = next((p for p in ("/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so")
                 if Path(p).exists()), None)
+
+
+@pytest.mark.skipif(RUNTIME is None, reason="no CUDA runtime library here")
+def test_the_real_call_never_loads_a_runtime_this_process_has_not_mapped():
+    """RTLD_NOLOAD: in a fresh process that has not mapped the runtime, clearing it (by its real
+    path, a library that exists) opens nothing: it is still not mapped afterwards."""
+    code = ("from fitness.cuda_errors import clear_pending_errors, loaded_runtimes;"
+            "assert loaded_runtimes() == [], loaded_runtimes();"
+            f"assert clear_pending_errors([{RUNTIME!r}]) == {{}};"
+            "assert loaded_runtimes() == [], loaded_runtimes()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
 
 
 @pytest.mark.skipif(RUNTIME is None, reason="no CUDA runtime library here")

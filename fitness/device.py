@@ -41,7 +41,8 @@ after each timed case. The float64 references a timed case makes leave cupy's po
 judgement (`free_own_cache`), so the baselines timed next can have that memory. When an
 allocation still fails (cupy's OutOfMemoryError, torch's OutOfMemoryError, CUDA status 2), the
 judge drops its caches, frees both allocators' blocks (`_release`) and tries once more: the
-reference, a baseline's preparation or timed call, or else the whole case. A second failure is
+reference, a baseline's preparation or timed call, or else the whole case (on inputs drawn afresh:
+the first attempt's launches saw the first ones). A second failure is
 a value: the case RUNTIME_ERROR with a message naming the memory it needed ("judge out of device
 memory: ..."; JobResult.extra["judge_out_of_memory"] lists such cases, and the job goes on with
 its next case), or, for a baseline, that baseline's note. Such a job's result asks for a new worker
@@ -265,6 +266,7 @@ class DeviceRunner:
         self._families: dict[tuple[str, str], KernelFamily] = {}
         self._timing: OrderedDict[tuple[Any, ...], TimingBuffers] = OrderedDict()
         self._verify_bufs: tuple[Any, dict[str, Any], dict[str, GuardedBuffer]] | None = None
+        self._rerun: tuple[int, ...] = ()        # appended to every seed of a case's second attempt
         self.device = self.backend.describe()
         self._context_lost = False
         self._keep_loaded: list[Any] = []
@@ -383,15 +385,19 @@ class DeviceRunner:
     def _run_case(self, job: Job, family: KernelFamily, module: Any, kernels: dict[str, Any], idx: int,
                   case: Case, launch: Launch | Sequence[Launch]) -> _CaseOutcome:
         """One case; an allocation that fails where no narrower retry covers it (buffers, copies)
-        frees everything the judge holds and runs the case once more (verification included: it
-        is deterministic in the job's seed); a second failure is the judge's, as a value."""
-        for _ in range(2):
-            outcome = self._run_case_once(job, family, module, kernels, idx, case, launch)
-            if outcome.retry_oom or (outcome.judge_oom and not outcome.context_lost):
-                self._release()                   # the retry, or the next case, starts from what the device has
-            if not outcome.retry_oom:
-                return outcome
-        return _CaseOutcome(outcome.result, judge_oom=True)
+        frees everything the judge holds and runs the case once more, verification included, on
+        inputs drawn afresh (`_rerun` salts every seed: the first attempt's launches saw the first
+        inputs, maybe in the same buffers); a second failure is the judge's, as a value."""
+        try:
+            for self._rerun in ((), (1,)):
+                outcome = self._run_case_once(job, family, module, kernels, idx, case, launch)
+                if outcome.retry_oom or (outcome.judge_oom and not outcome.context_lost):
+                    self._release()               # the retry, or the next case, starts from what the device has
+                if not outcome.retry_oom:
+                    return outcome
+            return _CaseOutcome(outcome.result, judge_oom=True)
+        finally:
+            self._rerun = ()
 
     def _run_case_once(self, job: Job, family: KernelFamily, module: Any, kernels: dict[str, Any], idx: int,
                        case: Case, launch: Launch | Sequence[Launch]) -> _CaseOutcome:
@@ -558,7 +564,7 @@ class DeviceRunner:
                 timing: TimingConfig) -> str | tuple[float | None, float | None]:
         """A failure message, or (max_abs_err, rel_l2) of the first output over all rounds.
         Workspace buffers (`scratch`) are poisoned and guarded like outputs, never judged."""
-        rng = np.random.default_rng([int(job.seed) & 0xFFFFFFFFFFFF, idx])
+        rng = np.random.default_rng([int(job.seed) & 0xFFFFFFFFFFFF, idx, *self._rerun])
         tols = family.tolerances(case)
         dev_in, out_bufs = self._verify_buffers(ins, {**outs, **scratch})
         buffers = dict(dev_in)
@@ -687,11 +693,12 @@ class DeviceRunner:
         params = dict(case.params)
         tols = family.tolerances(case)
         seed = int(getattr(job, "timing_seed", 0) or 0)
-        rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, zlib.crc32(case.id.encode())])
+        rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, zlib.crc32(case.id.encode()), *self._rerun])
         dists = distributions(family)
         sources = []
         for s, dev in enumerate(tb.sets):
-            src = self._fill_inputs(family, case, np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, zlib.crc32(case.id.encode()), s]),
+            src = self._fill_inputs(family, case, np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF,
+                                                                         zlib.crc32(case.id.encode()), s, *self._rerun]),
                                     dists[s % len(dists)], ins, dev)
             sources.append(src)
         prints = [verify.fingerprints(dev) for dev in tb.sets]

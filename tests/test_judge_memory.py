@@ -641,3 +641,30 @@ def test_a_sampled_reference_retried_after_out_of_memory_draws_the_same_rows(mon
     assert res.status is Status.OK, res.message
     assert len(device.ooms) == 1 and len(rows) > 2
     assert rows[1] == rows[0] and rows[2] != rows[0]
+
+
+def test_a_case_run_again_after_out_of_memory_gets_inputs_no_launch_has_seen(monkeypatch):
+    """The first attempt's launches saw its inputs (maybe in the buffers the second attempt gets
+    again, cupy's pool having been freed): the second attempt draws every input afresh, or a kernel
+    keeping its answers by pointer would replay them. The first attempt fails on its timing
+    buffers, after both verification launches."""
+    device, family, r = _small_runner(monkeypatch, baselines=())
+    seen: list[bytes] = []
+
+    def k_seeing(be, launch, args):
+        seen.append(np.asarray(args[0]).tobytes())
+        k_good(be, launch, args)
+
+    r.backend.kernels["seeing"] = k_seeing
+    alloc, failed = device.alloc, []
+
+    def failing_once(pool, n, site=""):
+        if r.in_timing_buffers and not failed:
+            failed.append(n)
+            device._raise(pool, n)
+        alloc(pool, n, site)
+
+    device.alloc = failing_once
+    res = r.run(replace(bench_job(family, [family.make_case(*CASE, "fp32")], baselines=()), cubin=b"seeing"))
+    assert res.status is Status.OK and failed and len(seen) > 4, res.message
+    assert not set(seen[2:]) & set(seen[:2]), "the second attempt launched on inputs the first one saw"

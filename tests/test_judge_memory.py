@@ -16,7 +16,6 @@ in a reference reported as a "judge error" traceback.
 
 from __future__ import annotations
 
-import time
 import weakref
 from dataclasses import replace
 
@@ -29,6 +28,7 @@ from fitness.cuda_backend import format_bytes, is_out_of_memory, oom_bytes
 from fitness.family import KERNELS_DIR, Baseline, BaselineRun, Launch, import_sibling
 from fitness.jobs import BENCH, Job, TimingConfig
 from fitness.records import Status
+from tests.host_backend import HostBackend
 
 op = import_sibling(str(KERNELS_DIR / "rmsnorm" / "family.py"), "operation")
 
@@ -113,16 +113,7 @@ class Device:
 
 
 # -- the backend, the runner and the family on that device ----------------------------------------------------
-class _Event:
-    def __init__(self):
-        self.t = time.perf_counter()
-
-
-class Backend:
-    xp = np
-    has_device_rng = True
-    max_threads = 1024
-    max_smem_optin = 227 * 1024
+class Backend(HostBackend):
     l2_bytes = 1                                  # every case is "large": the fewest input sets (2)
 
     def __init__(self, device: Device, total_mem: int, kernels):
@@ -136,47 +127,11 @@ class Backend:
     def load(self, cubin):
         return {"rmsnorm_fwd": self.kernels[cubin.decode()]}
 
-    def get_kernel(self, module, name):
-        return module[name]
-
-    def prepare_kernel(self, kernel, launch):
-        pass
-
     def launch(self, kernel, launch, args):
         kernel(self, launch, args)
 
-    def record(self):
-        return _Event()
-
-    def elapsed_ms(self, a, b):
-        return (b.t - a.t) * 1e3
-
-    def wait(self, event, timeout_s):
-        pass
-
-    def synchronize(self, timeout_s):
-        pass
-
-    def flush_l2(self):
-        pass
-
-    def upload(self, dst, src):
-        np.copyto(dst, src)
-
-    def device_rng(self, seed):
-        return np.random.default_rng(seed)
-
     def free_all(self):                          # cupy's pools and torch's cache, as CupyBackend.free_all
         self.device.free_all()
-
-    def copy_ceiling_tbps(self):
-        return 4.0
-
-    def cuda_status(self, exc):
-        return None
-
-    def context_alive(self):
-        return True
 
 
 _GuardedBuffer = dev.GuardedBuffer

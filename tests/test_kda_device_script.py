@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import time
 
 import numpy as np
 
@@ -14,6 +13,7 @@ from fitness import dtypes
 from fitness.family import Baseline, BaselineRun, load_family
 
 from tests.conftest import REPO
+from tests.host_backend import HostBackend
 
 FAMILY = load_family("kda")
 
@@ -25,46 +25,12 @@ def _script():
     return mod
 
 
-class _Event:
-    def __init__(self):
-        self.t = time.perf_counter()
-
-
-class NumpyBackend:
-    xp = np
-
+class NumpyBackend(HostBackend):
     def __init__(self):
         self.flushes = 0
 
     def describe(self):
         return "numpy"
-
-    def copy_ceiling_tbps(self):
-        return 1.0
-
-    def device_rng(self, seed):
-        return np.random.default_rng(seed)
-
-    def synchronize(self, timeout_s):
-        pass
-
-    def flush_l2(self):
-        self.flushes += 1
-
-    def spin(self, ns):
-        pass
-
-    def record(self):
-        return _Event()
-
-    def wait(self, event, timeout_s):
-        pass
-
-    def elapsed_ms(self, a, b):
-        return (b.t - a.t) * 1e3
-
-    def free_all(self):
-        pass
 
 
 def _outputs(case):

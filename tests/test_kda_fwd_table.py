@@ -16,6 +16,7 @@ from fitness import dtypes
 from fitness.family import Baseline, BaselineRun, load_family
 
 from tests.conftest import REPO
+from tests.host_backend import HostBackend
 
 FAMILY = load_family("kda")
 
@@ -25,11 +26,6 @@ def _script():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-class _Event:
-    def __init__(self):
-        self.t = time.perf_counter()
 
 
 def _case_of(args):
@@ -57,15 +53,8 @@ def kernel(factor):
     return run
 
 
-class FakeGPU:
+class FakeGPU(HostBackend):
     """The backend surface DeviceRunner and the script use, on numpy."""
-
-    xp = np
-    has_device_rng = True
-    max_threads = 1024
-    max_smem_optin = 227 * 1024
-    total_mem = 1 << 32
-    l2_bytes = 1 << 20
 
     def __init__(self, kernels):
         self.kernels = kernels
@@ -78,48 +67,9 @@ class FakeGPU:
         run = self.kernels[cubin.decode()]
         return {"kda_fwd_fp32": run, "kda_fwd_bf16": run}
 
-    def get_kernel(self, module, name):
-        return module[name]
-
-    def prepare_kernel(self, kernel, launch):
-        pass
-
     def launch(self, kernel, launch, args):
         self.launches += 1
         kernel(args)
-
-    def record(self):
-        return _Event()
-
-    def elapsed_ms(self, a, b):
-        return (b.t - a.t) * 1e3
-
-    def wait(self, event, timeout_s):
-        pass
-
-    def synchronize(self, timeout_s):
-        pass
-
-    def flush_l2(self):
-        pass
-
-    def upload(self, dst, src):
-        np.copyto(dst, src)
-
-    def device_rng(self, seed):
-        return np.random.default_rng(seed)
-
-    def free_all(self):
-        pass
-
-    def copy_ceiling_tbps(self):
-        return 4.0
-
-    def cuda_status(self, exc):
-        return None
-
-    def context_alive(self):
-        return True
 
 
 def _peer(factor, delay_s):

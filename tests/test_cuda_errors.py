@@ -113,3 +113,58 @@ def test_the_judge_clears_the_runtime_after_a_baseline_fails_when_prepared(monke
     res = runner(KERNELS, l2_bytes=1 << 22).run(job("good", BENCH, baselines=("broken", "numpy")))
     assert res.status is Status.OK and all("shared memory exhausted" in c.message for c in res.cases)
     assert calls and set(calls) == {"prepared"}
+
+
+class _HungRuntime:
+    """cupy's runtime as a hung kernel leaves it: every event stays not ready (cudaErrorNotReady)."""
+
+    def eventQuery(self, ptr):  # noqa: N802 - cupy's name
+        return 600
+
+    def deviceSynchronize(self):  # noqa: N802 - blocks as long as the kernel hangs (here: 3 s)
+        import time
+        time.sleep(3.0)
+
+
+def _fake_cupy(runtime):
+    import types
+    import numpy as np
+
+    class Event:
+        ptr = 1
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    cuda = types.SimpleNamespace(runtime=runtime, Event=Event)
+    return types.SimpleNamespace(cuda=cuda, arange=np.arange, float32=np.float32)
+
+
+def test_context_alive_gives_up_on_a_hung_kernel_instead_of_blocking():
+    """After a baseline's CUDA error the judge asks whether the context is alive; with the
+    candidate's kernel hung on the device, the probe must come back (False: not usable) within its
+    timeout, not wait in cudaDeviceSynchronize until the pool's job timeout."""
+    import time
+
+    from fitness.cuda_backend import CupyBackend
+
+    backend = object.__new__(CupyBackend)
+    backend.cp = _fake_cupy(_HungRuntime())
+    t0 = time.monotonic()
+    assert backend.context_alive(timeout_s=0.2) is False
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_context_alive_is_true_when_the_queue_drains_and_the_probe_computes():
+    from fitness.cuda_backend import CupyBackend
+
+    class Drained(_HungRuntime):
+        def eventQuery(self, ptr):  # noqa: N802
+            return 0
+
+    backend = object.__new__(CupyBackend)
+    backend.cp = _fake_cupy(Drained())
+    assert backend.context_alive(timeout_s=0.2) is True

@@ -487,7 +487,7 @@ def test_v_split_wave_model_counts_s_ctas_per_head_and_sequence():
 
 def test_fitted_split_model_is_the_fit_of_the_measured_table_and_explains_the_v_split():
     """kernel_model.SPLIT_FIT is fit_split_model on SESSION13_MS (the times copied from
-    results/kda_fwd_h200.json; checked against it while it is that table): re-fitted to 2 %, each
+    results/archive/session13/kda_fwd_h200.json; checked against it): re-fitted to 2 %, each
     of the 12 times within 3 %; and what the README draws from it: fixed/H64's 128 four-warp CTAs
     (one warp per SM sub-partition) are what makes v2 faster there, fixed/H96's 192 put two CTAs on
     60 SMs (two warps per sub-partition, s = 1's chunk time), mixed's longest chain is slower at
@@ -502,12 +502,12 @@ def test_fitted_split_model_is_the_fit_of_the_measured_table_and_explains_the_v_
     for lens, H, s, t in rows:
         prep, rec = model.split_fit_ms(lens, H, s)
         assert abs((prep + rec) / t - 1) < 0.03 and prep / (prep + rec) > 0.5, (H, len(lens), s, prep, rec, t)
-    table = Path(fam.__file__).resolve().parents[2] / "results" / "kda_fwd_h200.json"
-    report = json.loads(table.read_text()) if table.exists() else {}
-    if report.get("seed") == 1181474535:
-        for sc in report["scenarios"]:
-            for i, g in enumerate(("split-bf16", "split-bf16-v2")):
-                assert round(sc["genomes"][g]["time_ms"], 3) == model.SESSION13_MS[sc["case"]][i], (sc["case"], g)
+    table = Path(fam.__file__).resolve().parents[2] / "results" / "archive" / "session13" / "kda_fwd_h200.json"
+    report = json.loads(table.read_text())
+    assert report["seed"] == 1181474535
+    for sc in report["scenarios"]:
+        for i, g in enumerate(("split-bf16", "split-bf16-v2")):
+            assert round(sc["genomes"][g]["time_ms"], 3) == model.SESSION13_MS[sc["case"]][i], (sc["case"], g)
     t = {(c, s): sum(model.split_fit_ms(p["lens"], p["H"], s)) for c, p in cases.items() for s in (1, 2)}
     assert t["fixed/H64", 2] < 0.9 * t["fixed/H64", 1] and t["fixed/H96", 2] == pytest.approx(t["fixed/H96", 1])
     assert t["mixed/H96", 2] > t["mixed/H96", 1] and t["mixed/H64", 2] > t["mixed/H64", 1]

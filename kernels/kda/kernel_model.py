@@ -192,7 +192,7 @@ def slot_schedule(lens, H: int, order: str = "index", sms: int = SMS, split_v: i
 #: kda_rec CTAs an SM holds per rec_v_split (resident_ctas of REC_REGISTERS and family.rec_smem_bytes,
 #: all-bf16: 140 / 156 / 159 registers, 67,072 / 56,832 / 51,712 bytes)
 REC_RESIDENT = {1: 1, 2: 3, 4: 4}
-#: the fitted model of the split pair (session 13; `fit_split_model` on results/kda_fwd_h200.json's
+#: the fitted model of the split pair (session 13; `fit_split_model` on results/archive/session13/kda_fwd_h200.json's
 #: split-bf16 and split-bf16-v2 times, 12 of them, 4 parameters, every residual within 2.5 %):
 #: kda_prep costs `prep_us` per (slot, head) CTA of the whole GPU (x 513 slots = 9.0 us a head; 3
 #: CTAs per SM each living ~6.9 us); a kda_rec chunk takes `a_us + b_us w` on an SM whose busiest
@@ -201,7 +201,7 @@ REC_RESIDENT = {1: 1, 2: 3, 4: 4}
 #: Hopper; a floor a that no w hides); each kda_rec CTA costs `cta_us` once (state
 #: in and out, the pipeline's fill and drain, the wave's tail).
 SPLIT_FIT = {"prep_us": 0.0175, "a_us": 0.327, "b_us": 0.345, "cta_us": 14.9}
-#: what SPLIT_FIT was fitted on: results/kda_fwd_h200.json (session 13, seed 1181474535), ms per
+#: what SPLIT_FIT was fitted on: results/archive/session13/kda_fwd_h200.json (session 13, seed 1181474535), ms per
 #: scenario for split-bf16 (rec_v_split 1) and split-bf16-v2 (2), the six scenarios in the table's order
 SESSION13_MS = {
     "fixed/H96": (1.394, 1.397), "mixed/H96": (1.380, 1.401), "uniform/H96": (1.348, 1.289),

@@ -791,3 +791,68 @@ def test_l2_staging_row_loop_prefetches_and_reads_global_memory(tmp_path):
         assert "UBLKPF.L2" in loop and "LDG.E.128" in loop and "STAS" in loop, s["name"]
         for op in ("MEMBAR", "UCGABAR_ARV", "UCGABAR_WAIT", "CCTL.IVALL", "BAR.SYNC"):
             assert op not in loop, (s["name"], op)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+def test_bulk_prefetch_spans_are_aligned_lines_inside_the_slice():
+    """Session 14 on the H200: three staging = l2 genomes with 8-byte vectors died of CUDA error
+    716 (misaligned address) on CHECK's odd rows (1 x 4104, 1 x 8200): a slice of 4-element bf16
+    vectors starting at an odd vector is not 16-byte aligned, and cp.async.bulk.prefetch.L2 takes
+    nothing else. template.cu's bulk_span (its marked region, compiled for the host) trims each
+    span inward to whole 16-byte lines. Checked on the three recorded failures' own cases (the
+    untrimmed span was misaligned there) and on every l2 genome of the samples and seeds x every
+    CHECK case x every cluster rank x first and last row: aligned, a multiple of 16, inside the
+    slice, under 16 bytes lost at each edge."""
+    import ctypes  # noqa: PLC0415
+    import gzip  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    import cuda_host  # noqa: PLC0415
+    from fitness.records import Evaluation, Status  # noqa: PLC0415
+
+    body = re.search(r"// >>> bulk_span\n(.*?)// <<< bulk_span", FAM.TEMPLATE.read_text(), re.DOTALL).group(1)
+    lib = cuda_host.host_library("#define __host__\n" + body, (
+        'extern "C" unsigned span(unsigned long long a, unsigned bytes, unsigned long long* lo) {\n'
+        "    return bulk_span(a, bytes, lo);\n}\n"))
+    lib.span.restype = ctypes.c_uint
+    lib.span.argtypes = [ctypes.c_ulonglong, ctypes.c_uint, ctypes.POINTER(ctypes.c_ulonglong)]
+    base = 0x7F0000000000                                   # a 256-byte aligned allocation
+
+    def spans(g, M, N, dtype):
+        geo = FAM.geometry(g, M, N, dtype)
+        if geo is None:
+            return
+        item = FAM._ITEMSIZE[dtype]
+        E = g["vec_bytes"] // item
+        for rank in range(geo.cluster):
+            v0 = rank * geo.slice_vectors
+            v1 = min(geo.vectors, v0 + geo.slice_vectors)
+            for row in {0, M - 1}:
+                if v1 > v0:
+                    yield base + (row * N + v0 * E) * item, (v1 - v0) * E * item
+
+    record = json.loads(gzip.decompress((Path(__file__).resolve().parent.parent / "results"
+                                         / "rmsnorm_bwd_h200_run.json.gz").read_bytes()))
+    failed = [Evaluation.from_dict(e) for e in record["evaluations"]]
+    failed = [e for e in failed if e.status is Status.RUNTIME_ERROR and "CUDA error 716" in e.message]
+    if failed:                                              # the v5 record of session 14
+        assert len(failed) == 3 and all(e.genome["staging"] == "l2" and e.genome["vec_bytes"] == 8 for e in failed)
+        for e in failed:
+            case = re.search(r"(bf16|fp16|fp32)/(\d+)x(\d+): RUNTIME_ERROR", e.message)
+            M, N = int(case.group(2)), int(case.group(3))
+            assert any(a % 16 or b % 16 for a, b in spans(SPACE.make(e.genome), M, N, case.group(1))), e.key
+    genomes = [g for g in FAM.sample_genomes(0) if g["staging"] == "l2"] + [SPACE.make(s["genome"]) for s in _v5_new()]
+    genomes += [SPACE.make(dict(e.genome)) for e in failed]
+    assert any(g["vec_bytes"] == 8 for g in genomes)
+    checked = 0
+    for g in genomes:
+        for case in FAMILY.check_cases():
+            p = case.params
+            for a, b in spans(g, p["M"], p["N"], p["dtype"]):
+                lo = ctypes.c_ulonglong()
+                n = lib.span(a, b, ctypes.byref(lo))
+                assert lo.value % 16 == 0 and n % 16 == 0, (g.key, case.id, a, b)
+                assert a <= lo.value and lo.value + n <= a + b and lo.value - a < 16, (g.key, case.id)
+                assert n == 0 or a + b - (lo.value + n) < 16
+                checked += 1
+    assert checked > 1000

@@ -30,7 +30,7 @@ mkdir -p /root/work/runs
 CONFIG=${CONFIG:-experiments/rmsnorm_bwd_h200.toml}
 case "${STEP:-a}" in
 a)
-    timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_rmsnorm_bwd_gpu.py -s \
+    timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_rmsnorm_bwd_gpu.py -s \
         -k bf16 > "$OUT/bwd_gpu.log" 2>&1
     echo "backward GPU tests rc=$?"; grep -E "passed|failed|TB/s|Error" "$OUT/bwd_gpu.log" | cut -c1-300 | tail -30
     if [ -n "${PROBE:-}" ]; then     # a seeds file judged on the bf16 cases beside INT21 and the roofline

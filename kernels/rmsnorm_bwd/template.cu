@@ -203,11 +203,27 @@ __device__ __forceinline__ void cp_async_vec(uint32_t* dst, const void* src, uin
 #endif
 }
 
-// space v5: `bytes` (a multiple of 16) from global memory into L2, no completion to wait for (the
+// >>> bulk_span
+// The bulk prefetch takes a 16-byte aligned address and a multiple of 16 bytes (PTX ISA,
+// cp.async.bulk.prefetch.L2; anything else is CUDA error 716, misaligned address: session 14's
+// 8-byte-vector genomes on rows whose slice starts mid-line). The span is trimmed inward to the
+// whole 16-byte lines inside [a, a + bytes): never a byte outside the CTA's slice, and the loads
+// fetch the trimmed edges themselves. Returns the trimmed size (0: nothing to prefetch).
+__host__ __device__ __forceinline__ unsigned bulk_span(unsigned long long a, unsigned bytes,
+                                                       unsigned long long* lo) {
+  *lo = (a + 15ull) & ~15ull;
+  const unsigned long long hi = (a + bytes) & ~15ull;
+  return hi > *lo ? (unsigned)(hi - *lo) : 0u;
+}
+// <<< bulk_span
+
+// space v5: a row slice of x or dy from global memory into L2, no completion to wait for (the
 // loads that follow find the lines there, or fetch them themselves: a late prefetch costs nothing
 // but the duplicate request); one instruction per row slice and tensor, issued by one thread
 __device__ __forceinline__ void l2_prefetch_bulk(const void* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes));
+  unsigned long long lo;
+  const unsigned n = bulk_span(reinterpret_cast<unsigned long long>(p), bytes, &lo);
+  if (n) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(lo), "r"(n));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }

@@ -148,6 +148,15 @@ class Launch:
     without it gets `cluster` at launch time (cuLaunchKernelEx with a cluster-dimension
     attribute; 9 to 16 CTAs are non-portable on sm_90 and opted in per kernel). The grid must be
     a multiple of the cluster either way.
+
+    `overlap`: this launch may begin before the previous launch of the case has finished
+    (programmatic dependent launch: cuLaunchKernelEx with the programmatic-stream-serialization
+    attribute). Its CTAs can be scheduled once every CTA of the previous kernel has executed
+    `griddepcontrol.launch_dependents` (or exited), so the kernel must not read what the previous
+    one writes without its own synchronization (`griddepcontrol.wait`, or flags the previous kernel
+    stores with release semantics and this one loads with acquire). It is a permission, never a
+    promise: a runner that cannot overlap launches it after the previous one, which is always
+    correct; so must be a kernel that spins on flags (it may never wait on a later launch).
     """
 
     kernel: str                         # extern "C" entry name in the rendered source
@@ -156,6 +165,7 @@ class Launch:
     args: tuple[Any, ...]
     shared_bytes: int = 0               # dynamic shared memory
     cluster: tuple[int, int, int] = (1, 1, 1)
+    overlap: bool = False               # may start before the previous launch ends (PDL)
 
     def typed_args(self) -> tuple[KernelArg, ...]:
         """`args` in their explicit kinds (kernel_arg); ValueError naming a bad one."""

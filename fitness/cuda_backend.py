@@ -243,10 +243,11 @@ class CupyBackend:
 
     def launch(self, kernel: Any, launch: Launch, args: Sequence[Any]) -> None:
         """Through cupy, or through cuLaunchKernelEx when the launch asks for a cluster the kernel
-        was not compiled with, or passes a ByValue argument (cupy packs neither)."""
+        was not compiled with, passes a ByValue argument, or may overlap the previous launch
+        (cupy does none of these)."""
         cluster = tuple(int(c) for c in launch.cluster)
         runtime = cluster != (1, 1, 1) and self._runtime_cluster.get(int(kernel.ptr), False)
-        if runtime or any(isinstance(a, ByValue) for a in args):
+        if runtime or launch.overlap or any(isinstance(a, ByValue) for a in args):
             status = self._driver.launch(int(kernel.ptr), launch, args, pointer_of=lambda a: a.data.ptr,
                                          stream=self.cp.cuda.get_current_stream().ptr,
                                          cluster=cluster if runtime else None)

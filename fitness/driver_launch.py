@@ -1,7 +1,9 @@
 """Kernel launches through the CUDA driver's cuLaunchKernelEx, for what a cupy launch cannot do:
 thread-block clusters chosen at launch time (a CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION attribute,
-for a kernel compiled without `__cluster_dims__`) and parameters passed by value as raw bytes
-(fitness.family.ByValue, e.g. a 128-byte CUtensorMap).
+for a kernel compiled without `__cluster_dims__`), parameters passed by value as raw bytes
+(fitness.family.ByValue, e.g. a 128-byte CUtensorMap), and programmatic dependent launch
+(Launch.overlap: a CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION attribute, so the
+kernel's CTAs may start once the previous kernel's have all run griddepcontrol.launch_dependents).
 
 The driver is reached with ctypes on libcuda (cupy's driver bindings have no cuLaunchKernelEx).
 The packing is pure and separate from the call, so it is tested on the CPU: `pack_params` lays
@@ -22,6 +24,7 @@ import numpy as np
 from fitness.family import ByValue, Launch
 
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4          # cuda.h CUlaunchAttributeID
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 PORTABLE_CLUSTER_CTAS = 8                          # sm_90: larger clusters need the attribute above
 MAX_CLUSTER_CTAS = 16                              # sm_90 with the non-portable opt-in
@@ -34,7 +37,8 @@ class _ClusterDim(ctypes.Structure):
 
 class CUlaunchAttributeValue(ctypes.Union):
     # 64 bytes; 8-byte alignment as in cuda.h (members hold pointers and 64-bit values)
-    _fields_ = [("pad", ctypes.c_char * 64), ("clusterDim", _ClusterDim), ("_align", ctypes.c_uint64)]
+    _fields_ = [("pad", ctypes.c_char * 64), ("clusterDim", _ClusterDim),
+                ("programmaticStreamSerializationAllowed", ctypes.c_int), ("_align", ctypes.c_uint64)]
 
 
 class CUlaunchAttribute(ctypes.Structure):
@@ -101,14 +105,19 @@ def pack_params(args: Sequence[Any], pointer_of: Callable[[Any], int]) -> Packed
 def launch_config(launch: Launch, stream: int = 0, cluster: tuple[int, int, int] | None = None
                   ) -> tuple[CUlaunchConfig, Any]:
     """The CUlaunchConfig of a launch (grid, block, dynamic shared bytes, stream) and its attribute
-    array (kept alive by the caller): one cluster-dimension attribute when `cluster` is given."""
-    attrs = (CUlaunchAttribute * 1)()
+    array (kept alive by the caller): a cluster-dimension attribute when `cluster` is given, a
+    programmatic-stream-serialization one when the launch asks for `overlap`."""
+    attrs = (CUlaunchAttribute * 2)()
     n = 0
     if cluster is not None:
-        attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attrs[0].value.clusterDim.x, attrs[0].value.clusterDim.y, attrs[0].value.clusterDim.z = \
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attrs[n].value.clusterDim.x, attrs[n].value.clusterDim.y, attrs[n].value.clusterDim.z = \
             (int(c) for c in cluster)
-        n = 1
+        n += 1
+    if launch.overlap:
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attrs[n].value.programmaticStreamSerializationAllowed = 1
+        n += 1
     g, b = (int(v) for v in launch.grid), (int(v) for v in launch.block)
     cfg = CUlaunchConfig(*g, *b, int(launch.shared_bytes), ctypes.c_void_p(int(stream) or None),
                          ctypes.cast(attrs, ctypes.POINTER(CUlaunchAttribute)) if n else None, n)

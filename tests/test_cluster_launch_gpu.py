@@ -3,7 +3,9 @@ by-value arguments through fitness.cuda_backend.CupyBackend (cuLaunchKernelEx, f
 beside the compile-time path. Each kernel reads its cluster special registers (%cluster_nctarank,
 %cluster_ctarank, %clusterid.x) and writes them out per CTA; the probe of arguments writes back a
 NULL pointer test, an int, a float, a 128-byte struct passed by value (a CUtensorMap's size and
-alignment) and a 64-bit integer. The CPU half: tests/test_driver_launch.py."""
+alignment) and a 64-bit integer. Launch.overlap (programmatic dependent launch): a consumer
+launched with it starts while its producer still runs, and one launched without it after. The CPU
+half: tests/test_driver_launch.py."""
 
 from __future__ import annotations
 
@@ -37,6 +39,38 @@ extern "C" __global__ void probe_args(unsigned int* out, const float* nothing, i
         for (int i = 0; i < 32; i++) out[3 + i] = blob.w[i];
         out[35] = (unsigned int)c;
         out[36] = (unsigned int)(c >> 32);
+    }
+}
+
+// Launch.overlap: the producer lets its dependents start at once, spins spin_ns on the global
+// timer, then publishes a word and a release flag; the consumer notes when it started, waits for
+// the flag with acquire loads and reads the word (a consumer that never overlaps finds the flag set)
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+extern "C" __global__ void pdl_producer(unsigned int* flag, unsigned long long* times, unsigned int spin_ns) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const unsigned long long t0 = now_ns();
+    unsigned long long t = t0;
+    while (t - t0 < spin_ns) t = now_ns();
+    if (threadIdx.x == 0) {
+        flag[1] = 42u;
+        __threadfence();
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(flag), "r"(1u) : "memory");
+        times[0] = t0;
+        times[1] = now_ns();
+    }
+}
+
+extern "C" __global__ void pdl_consumer(unsigned int* flag, unsigned long long* times, unsigned int* out) {
+    if (threadIdx.x == 0) {
+        times[2] = now_ns();
+        unsigned int v = 0;
+        while (v != 1u) asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+        out[0] = flag[1];
     }
 }
 """
@@ -113,3 +147,28 @@ def test_by_value_arguments_reach_the_kernel(gpu, cluster):
     assert got[0] == 1 and got[1] == np.uint32(np.int32(-12345).view(np.uint32))
     assert got[2] == np.float32(3.25).view(np.uint32) and (got[3:35] == words).all()
     assert (int(got[36]) << 32 | int(got[35])) == 0x0123_4567_89AB_CDEF
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_an_overlapping_launch_starts_before_its_producer_ends(gpu, overlap):
+    """The consumer with Launch.overlap starts while the producer (one CTA, 200 us on the global
+    timer after griddepcontrol.launch_dependents) still runs and still reads its release-published
+    word; without overlap it starts after the producer's end."""
+    backend, module = gpu
+    cp = backend.cp
+    flag, times, out = cp.zeros(2, dtype=cp.uint32), cp.zeros(3, dtype=cp.uint64), cp.zeros(1, dtype=cp.uint32)
+    prod = Launch("pdl_producer", (1, 1, 1), (32, 1, 1), ("flag", "times", np.uint32(200_000)))
+    cons = Launch("pdl_consumer", (1, 1, 1), (32, 1, 1), ("flag", "times", "out"), overlap=overlap)
+    kp, kc = backend.get_kernel(module, "pdl_producer"), backend.get_kernel(module, "pdl_consumer")
+    backend.prepare_kernel(kp, prod)
+    backend.prepare_kernel(kc, cons)
+    backend.launch(kp, prod, [flag, times, np.uint32(200_000)])
+    backend.launch(kc, cons, [flag, times, out])
+    backend.synchronize(10.0)
+    t = times.get()
+    assert int(out.get()[0]) == 42
+    assert int(t[1]) - int(t[0]) >= 200_000
+    if overlap:
+        assert int(t[2]) < int(t[1]), f"the consumer started {int(t[2]) - int(t[1])} ns after the producer's end"
+    else:
+        assert int(t[2]) >= int(t[1])

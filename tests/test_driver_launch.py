@@ -95,6 +95,19 @@ def test_launch_config_fills_grid_block_stream_and_the_cluster_attribute():
     assert plain.numAttrs == 0 and not plain.attrs and not plain.hStream       # the legacy default stream
 
 
+def test_launch_config_asks_for_programmatic_serialization_when_a_launch_may_overlap():
+    """Launch.overlap: one CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION attribute with the
+    value 1, after the cluster attribute when there is one; none for a launch that does not."""
+    lone, _ = dl.launch_config(Launch("k", (4, 1, 1), (64, 1, 1), (), overlap=True))
+    assert lone.numAttrs == 1 and lone.attrs[0].id == dl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION == 6
+    assert lone.attrs[0].value.programmaticStreamSerializationAllowed == 1
+    both, _ = dl.launch_config(Launch("k", (8, 1, 1), (64, 1, 1), (), cluster=(2, 1, 1), overlap=True), cluster=(2, 1, 1))
+    assert both.numAttrs == 2 and [both.attrs[i].id for i in range(2)] == [4, 6]
+    assert both.attrs[0].value.clusterDim.x == 2 and both.attrs[1].value.programmaticStreamSerializationAllowed == 1
+    plain, _ = dl.launch_config(Launch("k", (4, 1, 1), (64, 1, 1), ()))
+    assert plain.numAttrs == 0
+
+
 def test_cluster_sizes_past_sixteen_are_refused():
     assert dl.cluster_problem((16, 1, 1)) is None and dl.cluster_problem((2, 2, 2)) is None
     assert "at most 16" in dl.cluster_problem((8, 2, 2))
@@ -112,13 +125,14 @@ def _cuda_include() -> Path | None:
 STANDIN = r"""
 #include <cuda.h>
 #include <string.h>
-static CUlaunchConfig g_cfg; static CUlaunchAttribute g_attr; static CUfunction g_f;
+static CUlaunchConfig g_cfg; static CUlaunchAttribute g_attr, g_attrs[4]; static CUfunction g_f;
 static unsigned char g_params[4096]; static int g_sizes[64]; static int g_n;
 void standin_sizes(int n, const int* sizes) { g_n = n; memcpy(g_sizes, sizes, sizeof(int) * n); }
 CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
     int off = 0;
     g_cfg = *c; g_f = f;
     if (c->numAttrs) g_attr = c->attrs[0];
+    for (unsigned i = 0; i < c->numAttrs && i < 4; i++) g_attrs[i] = c->attrs[i];
     for (int i = 0; i < g_n; i++) { memcpy(g_params + off, params[i], g_sizes[i]); off += g_sizes[i]; }
     return extra ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
@@ -127,6 +141,10 @@ unsigned long long standin_f(void) { return (unsigned long long)(size_t)g_f; }
 unsigned int standin_cluster(int i) { return i == 0 ? g_attr.value.clusterDim.x : i == 1 ? g_attr.value.clusterDim.y : g_attr.value.clusterDim.z; }
 unsigned int standin_attr_id(void) { return (unsigned)g_attr.id; }
 unsigned int standin_num_attrs(void) { return g_cfg.numAttrs; }
+unsigned int standin_attr_id_at(int i) { return (unsigned)g_attrs[i].id; }
+int standin_pss_at(int i) { return g_attrs[i].value.programmaticStreamSerializationAllowed; }
+unsigned int standin_pss_id(void) { return (unsigned)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; }
+unsigned long standin_pss_offset(void) { return offsetof(CUlaunchAttributeValue, programmaticStreamSerializationAllowed); }
 unsigned int standin_dim(int i) { unsigned int d[7] = {g_cfg.gridDimX, g_cfg.gridDimY, g_cfg.gridDimZ, g_cfg.blockDimX,
                                                        g_cfg.blockDimY, g_cfg.blockDimZ, g_cfg.sharedMemBytes}; return d[i]; }
 unsigned long long standin_stream(void) { return (unsigned long long)(size_t)g_cfg.hStream; }
@@ -181,3 +199,17 @@ def test_a_launch_reaches_the_driver_with_its_cluster_and_parameters(standin):
     lib.standin_sizes(0, sizes)
     plain = dl.DriverLauncher(str(path)).launch(1, Launch("k", (1, 1, 1), (1, 1, 1), ()), [], pointer_of=int)
     assert plain == 0 and lib.standin_num_attrs() == 0 and lib.standin_stream() == 0
+
+
+def test_an_overlapping_launch_reaches_the_driver_with_the_attribute_of_cuda_h(standin):
+    """The attribute's id and its value's place are cuda.h's, and a launch with overlap (and a
+    cluster) reaches the driver with both attributes."""
+    path, lib = standin
+    lib.standin_pss_offset.restype = ctypes.c_ulong
+    assert lib.standin_pss_id() == dl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert lib.standin_pss_offset() == dl.CUlaunchAttributeValue.programmaticStreamSerializationAllowed.offset == 0
+    lib.standin_sizes(0, (ctypes.c_int * 1)(0))
+    launch = Launch("k", (8, 1, 1), (128, 1, 1), (), cluster=(2, 1, 1), overlap=True)
+    assert dl.DriverLauncher(str(path)).launch(3, launch, [], pointer_of=int, cluster=(2, 1, 1)) == 0
+    assert lib.standin_num_attrs() == 2 and [lib.standin_attr_id_at(i) for i in range(2)] == [4, 6]
+    assert lib.standin_pss_at(1) == 1

@@ -39,6 +39,7 @@ class Launch:
     args: tuple
     shared_bytes: int = 0
     cluster: tuple = (1, 1, 1)
+    overlap: bool = False       # a permission: a package that launches in stream order declines it
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """`evo`: run, resume and inspect searches from the shell.
 
     evo run CONFIG [--replay TABLE] [--store URL] [--seed N] [--evaluations N] [--runs-dir DIR]
-    evo resume RUN_DIR
+    evo resume RUN_DIR            (or URL#RUN_ID, or an `evo dump` file: the run restored here)
     evo status RUN                            # RUN: a run directory, a store URL or an `evo dump` file
     evo dump RUN --out FILE.json[.gz]         # the run's evaluations as a replay table
     evo dispatch RUN [--out FILE.json] [--playoff FILE]   # per dtype and N range, the fastest verified genome
@@ -92,10 +92,13 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run_args(sub.add_parser("run", help="start a run from a config"))
     r = sub.add_parser("resume", help="continue a run that was stopped or killed")
-    r.add_argument("run_dir", help="the run directory `evo run` made (runs/<name>-<time>-<id>), or the run's store "
-                                   "URL#RUN_ID to resume on another host a run whose store it reaches (PostgreSQL)")
-    r.add_argument("--runs-dir", default="runs", help="with URL#RUN_ID: where this host makes the run's directory "
-                                                      "(default: runs)")
+    r.add_argument("run_dir", help="the run directory `evo run` made (runs/<name>-<time>-<id>), the run's store "
+                                   "URL#RUN_ID to resume on another host a run whose store it reaches (PostgreSQL), "
+                                   "or an `evo dump` file of it (a host that keeps nothing between sessions)")
+    r.add_argument("--runs-dir", default="runs", help="with URL#RUN_ID or a dump: where this host makes the run's "
+                                                      "directory (default: runs)")
+    r.add_argument("--config-dir", default=".", help="with a dump: the folder of the config the run was started "
+                                                     "from, for its relative paths (default: .)")
     _add_quiet_report(r)
     s = sub.add_parser("status", help="what a run has found so far (safe while it runs)")
     _add_run_source(s)
@@ -203,7 +206,14 @@ def _main(argv: Sequence[str] | None) -> int:
             from evo.rundir import adopt_run_dir
             from evo.session import resume_run
 
-            run_dir = adopt_run_dir(args.run_dir, args.runs_dir) if "://" in args.run_dir else args.run_dir
+            if "://" in args.run_dir:
+                run_dir = adopt_run_dir(args.run_dir, args.runs_dir)
+            elif Path(args.run_dir).is_file():
+                from evo.rundir import restore_run_dir
+
+                run_dir = restore_run_dir(args.run_dir, args.runs_dir, args.config_dir)
+            else:
+                run_dir = args.run_dir
             return resume_run(run_dir, quiet=args.quiet, report=not args.no_report)
         if args.command == "status":
             from evo.session import print_status

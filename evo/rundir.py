@@ -5,6 +5,9 @@
         run.json      run id, store URL and the resolved config (for `evo resume`)
         store.sqlite  the store, unless store.url points elsewhere
 
+A run moves between hosts by its store (`evo resume URL#RUN_ID`, adopt_run_dir) or by its dump
+(`evo resume DUMP.json.gz`, restore_run_dir: a machine that keeps nothing between sessions).
+
 The resolved config (absolute paths) is what resume uses, so a run can be resumed from any
 working directory, even after its original config file changed.
 """
@@ -93,6 +96,66 @@ def adopt_run_dir(source: str, runs_dir: str | Path = "runs") -> Path:
     path.mkdir(parents=True, exist_ok=True)
     meta = {"run_id": run_id, "store_url": url, "config": config, "config_source": "",
             "created_at": info.created_at, "adopted_at": time.time()}
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return path
+
+
+def restore_store(dump: str | Path, store_url: str) -> tuple[str, float]:
+    """The run of an `evo dump` file, its records in their order, into a fresh store:
+    (run id, seconds it had run). The run comes back interrupted, so `evo resume` goes on."""
+    from evo.analysis import load_run
+    from evo.store import Record, RunInfo, open_store
+
+    frames = load_run(dump)
+    run = frames.run
+    with open_store(store_url) as store:
+        store.create_run(RunInfo(run["run_id"], run.get("name") or run["run_id"], run["family"], int(run["seed"]),
+                                 config=run["config"], state="interrupted", elapsed_s=float(run["elapsed_s"]),
+                                 notes=run.get("notes") or {}))
+        for r in sorted(frames.records, key=lambda r: r.seq):
+            store.append(Record(run["run_id"], r.evaluation, generation=r.generation, stage=r.stage,
+                                operator=r.operator, parents=r.parents))
+    return run["run_id"], float(run["elapsed_s"])
+
+
+def restore_run_dir(dump: str | Path, runs_dir: str | Path = "runs", config_dir: str | Path = ".") -> Path:
+    """A run directory on this host for a run `evo dump` wrote on another (`evo resume DUMP`): the
+    dump's records in a fresh SQLite store, run.json with the config the run recorded. A dump does
+    not know the folder of the config it was run from, so the config's relative paths (seed files,
+    a replay table) resolve against `config_dir`; one that is missing there is a ConfigError
+    naming the field. Made once: resuming the same dump again reuses the directory (and whatever
+    its store has gained since), so a second call never records a genome twice.
+
+    What comes back is the records: a stage's own state that lives beside them (an Optuna study in
+    the store's tables) starts afresh, and answers from the records what it asks again."""
+    from evo.analysis import load_run
+
+    try:
+        frames = load_run(dump)
+    except ValueError as exc:
+        raise ConfigError([str(exc)], str(dump)) from None
+    run_id = frames.run["run_id"]
+    path = Path(runs_dir) / run_id
+    meta_path = path / "run.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("run_id") != run_id or meta.get("restored_from") is None:
+            raise ConfigError([f"{path} holds another run ({meta.get('run_id')!r}); pass --runs-dir elsewhere"],
+                              str(path))
+        return path
+    config = without_nulls(frames.run["config"])
+    source = Path(config_dir).resolve() / "restored.toml"
+    cfg = from_dict(config, source=str(source))         # the recorded config must still be valid here
+    for field, value in (("search.seed_genomes", cfg.search.seed_genomes), ("search.seed_from", cfg.search.seed_from),
+                         ("evaluator.replay", cfg.evaluator.replay)):
+        if value and "://" not in value and not cfg.resolve(value).exists():
+            raise ConfigError([f"{field}: {cfg.resolve(value)} does not exist (the dump's config names {value!r}; "
+                               f"pass --config-dir, the folder of the config the run was started from)"], str(dump))
+    path.mkdir(parents=True, exist_ok=True)
+    store_url = sqlite_url(path / "store.sqlite")
+    restore_store(dump, store_url)
+    meta = {"run_id": run_id, "store_url": store_url, "config": config, "config_source": str(source),
+            "created_at": time.time(), "restored_from": str(Path(dump).resolve())}
     meta_path.write_text(json.dumps(meta, indent=2))
     return path
 

@@ -6,7 +6,9 @@
 # two calls); a step stops at once (exit 4) when INT21, or in step c QuACK, cannot be imported.
 #   STEP=a [.whl .whlq1 + PEERS] (PROBE=seeds.json: those genomes through bwd_probe.py first, PROBE_S): INT21 restored (or built),
 #          the family's GPU tests, where the judge's CHECK time goes, the search started (SEARCH_S)
-#   STEP=b [.whlq2 + PEERS]: the search resumed for SEARCH_S more seconds
+#   STEP=b [.whlq2 + PEERS]: the search resumed for SEARCH_S more seconds (on a fresh machine, from the
+#          committed dump BWD_DUMP, default results/rmsnorm_bwd_h200_run.json.gz: `evo resume DUMP`;
+#          a first call carries .whl too, and .whlq1 when a step c follows)
 #   STEP=c [.whlq3 + PEERS]: QuACK installed; the run dumped, its dispatch table, and the final table of
 #          that table beside every baseline (INT21, QuACK, Liger, torch, the add roofline; TABLE_S);
 #          then (FWD_TABLE_S > 0) the forward's table re-timed with INT21's forward beside it, from
@@ -49,8 +51,14 @@ a)
     ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
     python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_h200_run.json.gz" | tail -1 ;;
 b)
-    timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir)" --quiet \
-        > "$OUT/search_b.log" 2>&1
+    if [ -s /root/work/bwd_run_dir ] && [ -d "$(cat /root/work/bwd_run_dir)" ]; then
+        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir)" --quiet \
+            > "$OUT/search_b.log" 2>&1
+    else        # a fresh machine: the committed dump restored (evo resume DUMP), its seeds not judged again
+        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "${BWD_DUMP:-../results/rmsnorm_bwd_h200_run.json.gz}" \
+            --runs-dir /root/work/runs --config-dir experiments --quiet > "$OUT/search_b.log" 2>&1
+        ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
+    fi
     tail -3 "$OUT/search_b.log"
     python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_h200_run.json.gz" | tail -1
     if [ -n "${TRAIN:-}" ]; then

@@ -19,25 +19,15 @@ import time
 from pathlib import Path
 
 from evo.config import load_config
-from evo.rundir import RunDir
+from evo.rundir import RunDir, restore_store
 from evo.session import dump_run, execute
-from evo.store import Record, RunInfo, open_store, sqlite_url
+from evo.store import sqlite_url
 
 
 def restore(dump: Path, store_url: str) -> tuple[str, float]:
-    """The dump's run, records in their order, into a fresh store: (run id, elapsed s)."""
-    from evo.analysis import load_run
-
-    frames = load_run(dump)
-    run = frames.run
-    with open_store(store_url) as store:
-        store.create_run(RunInfo(run["run_id"], run.get("name") or run["run_id"], run["family"], int(run["seed"]),
-                                 config=run["config"], state="interrupted", elapsed_s=float(run["elapsed_s"]),
-                                 notes=run.get("notes") or {}))
-        for r in sorted(frames.records, key=lambda r: r.seq):
-            store.append(Record(run["run_id"], r.evaluation, generation=r.generation, stage=r.stage,
-                                operator=r.operator, parents=r.parents))
-    return run["run_id"], float(run["elapsed_s"])
+    """The dump's run, records in their order, into a fresh store: (run id, elapsed s)
+    (evo.rundir.restore_store, what `evo resume DUMP` does too)."""
+    return restore_store(dump, store_url)
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 v2 adds the order in which the CTAs take the sequences, v3 the split into a chunk-parallel kernel
 and the recurrence, v4 the recurrence's split over V (CTAs per head and sequence), v5 a leaner
 chunk-parallel kernel (occupancy and its chain of global loads), v6 the recurrence's products on
-wgmma.
+wgmma, v7 the two kernels of the split pair overlapped (programmatic dependent launch).
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -116,14 +116,53 @@ V6_CONSTRAINTS = V5_CONSTRAINTS + (
             "wgmma's P8 multiplies one bf16 tile per operand (the split halves' extra products are not written)"),
 )
 SPACE_V6 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V5.genes + (REC_MMA,), constraints=V6_CONSTRAINTS)
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6}
-SPACE = SPACE_V6
+#: v7 (session 14, kernels/kda/README.md "v7: prep and rec overlapped"): the split pair runs kda_prep
+#: (0.38-0.57 ms) then kda_rec (0.29-0.55), back to back, and the times are the sum. `pdl` launches
+#: kda_rec beside kda_prep (Launch.overlap: programmatic dependent launch), kda_prep persistent over
+#: a slot-major list of (slot, head) items, setting a flag per record that kda_rec acquires before
+#: loading it (a tiny kda_flags_zero launch zeroes the flags first), so the total can approach
+#: max(prep, rec). `prep_ctas_per_sm` sizes the persistent grid (prep_ctas_per_sm x 132 CTAs, all
+#: resident) and so what is left of each SM for kda_rec's CTAs: at most PDL_MAX_PREP_CTAS[s]
+#: compact prep CTAs (48 registers, 42,000 B) leave room for one kda_rec CTA of rec_v_split s
+#: (registers: 140-145 at s = 1, 156 at 2, 159 at 4; kernels/kda/family.py `overlap_budget` derives
+#: the table, tests/test_kda_overlap.py checks it). Legacy none / 3: v6's kernels.
+PREP_OVERLAP = Choice("prep_overlap", options=("none", "pdl"), group="structure", legacy="none",
+                      doc="none: kda_rec after kda_prep | pdl: kda_flags_zero, then a persistent kda_prep that "
+                          "flags each record, then kda_rec launched to overlap it (programmatic dependent launch), "
+                          "acquiring each chunk's flag before loading its record (kernels = split, prep = "
+                          "compact); v7")
+PREP_CTAS_PER_SM = Choice("prep_ctas_per_sm", options=(2, 3, 4), group="geometry", legacy=3,
+                          doc="the persistent kda_prep's CTAs per SM (grid min(items, this x 132)); prep_overlap = "
+                              "pdl only (elsewhere at its legacy 3); v7")
+#: the most compact kda_prep CTAs per SM beside one kda_rec CTA of rec_v_split s (registers bind;
+#: kernels/kda/family.py `overlap_budget` computes it, tests/test_kda_overlap.py compares)
+PDL_MAX_PREP_CTAS = {1: 2, 2: 3, 4: 4}
+V7_CONSTRAINTS = V6_CONSTRAINTS + (
+    implies("pdl_needs_split_kernels", ("prep_overlap", "kernels"), lambda v: v["prep_overlap"] == "pdl",
+            lambda v: v["kernels"] == "split", "only the split pair has two kernels to overlap"),
+    implies("pdl_needs_the_compact_prep", ("prep_overlap", "prep"), lambda v: v["prep_overlap"] == "pdl",
+            lambda v: v["prep"] == "compact", "the prep CTAs must leave an SM room for a kda_rec CTA: the compact "
+            "prep's 48 registers and 42,000 B do (PDL_MAX_PREP_CTAS); v3's and lean's budgets are not worked out"),
+    implies("pdl_leaves_room_for_a_rec_cta", ("prep_overlap", "prep_ctas_per_sm", "rec_v_split"),
+            lambda v: v["prep_overlap"] == "pdl",
+            lambda v: v["prep_ctas_per_sm"] <= PDL_MAX_PREP_CTAS[v["rec_v_split"]],
+            "prep_ctas_per_sm resident kda_prep CTAs must leave room for one kda_rec CTA per SM (PDL_MAX_PREP_CTAS)"),
+    implies("prep_ctas_only_with_pdl", ("prep_ctas_per_sm", "prep_overlap"), lambda v: v["prep_ctas_per_sm"] != 3,
+            lambda v: v["prep_overlap"] == "pdl", "without the overlap kda_prep is not persistent: other values "
+            "would only duplicate genomes"),
+)
+SPACE_V7 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V6.genes + (PREP_OVERLAP, PREP_CTAS_PER_SM),
+                     constraints=V7_CONSTRAINTS)
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
+          "v7": SPACE_V7}
+SPACE = SPACE_V7
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
 #: launch order, fused (its key is v1's: `order` and `kernels` are at their legacy values)
 DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index",
-                          kernels="fused", rec_v_split=1, prep="v3", rec_mma="mma_sync"))
+                          kernels="fused", rec_v_split=1, prep="v3", rec_mma="mma_sync", prep_overlap="none",
+                          prep_ctas_per_sm=3))
 
 #: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
 #: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
@@ -155,7 +194,20 @@ NAMED = {
                                                 kernels="split", prep="compact", rec_mma="wgmma")),
     "split-bf16-v2-compact-wgmma": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
                                                    kernels="split", rec_v_split=2, prep="compact", rec_mma="wgmma")),
+    # v7: the compact pair overlapped, kda_prep persistent at 3 CTAs per SM (rec_v_split 2 and 4) and
+    # at 2 (rec_v_split 2: fixed/H96's 192 kda_rec CTAs need two per SM beside it); outputs equal
+    # the non-overlapped twin's bit for bit (same code per record and per chunk)
+    "split-bf16-v2-compact-pdl3": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                  kernels="split", rec_v_split=2, prep="compact", prep_overlap="pdl",
+                                                  prep_ctas_per_sm=3)),
+    "split-bf16-v4-compact-pdl3": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                  kernels="split", rec_v_split=4, prep="compact", prep_overlap="pdl",
+                                                  prep_ctas_per_sm=3)),
+    "split-bf16-v2-compact-pdl2": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                  kernels="split", rec_v_split=2, prep="compact", prep_overlap="pdl",
+                                                  prep_ctas_per_sm=2)),
 }
 
-__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PREP", "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1",
-           "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5", "SPACE_V6"]
+__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PDL_MAX_PREP_CTAS", "PREP", "PREP_CTAS_PER_SM", "PREP_OVERLAP",
+           "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5",
+           "SPACE_V6", "SPACE_V7"]

@@ -22,15 +22,15 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 def test_space_is_registered_and_default_is_in_it():
     from genomes.kda import SPACE_V1, SPACE_V2, SPACE_V3, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
+    assert load_space("kda") is SPACE and SPACE.size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
     assert SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
-    assert SPACE_V3.names == SPACE.names[:-3] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
+    assert SPACE_V3.names == SPACE.names[:-5] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
     assert DEFAULT.key == SPACE_V3.make({k: DEFAULT[k] for k in SPACE_V3.names}).key
     assert DEFAULT["chunk"] == 16 and DEFAULT["split_s"] and DEFAULT["split_intra"] and not DEFAULT["split_w"]
     assert DEFAULT["order"] == "index" and DEFAULT["kernels"] == "fused"
     assert DEFAULT.key == SPACE_V1.make({k: DEFAULT[k] for k in SPACE_V1.names}).key
     assert DEFAULT.key == SPACE_V2.make({k: DEFAULT[k] for k in SPACE_V2.names}).key
-    assert SPACE_V2.names == SPACE.names[:-4] and "kernels" not in SPACE_V2.names     # v2 as recorded
+    assert SPACE_V2.names == SPACE.names[:-6] and "kernels" not in SPACE_V2.names     # v2 as recorded
 
 
 def test_render_is_pure_and_sets_every_define():
@@ -78,8 +78,9 @@ def test_split_launches_prep_then_the_recurrence_with_a_workspace_that_holds_eve
         (spec,) = FAMILY.workspace(case).values()
         slots = [s for seq in model.workspace_slots(p["lens"]) for s in seq]
         assert len(set(slots)) == len(slots) and all(0 <= s < T // 16 + N for s in slots)
-        # the last record kda_rec reads ends inside the buffer, for the largest record too
-        assert H * (T // 16 + N) * fam.MAX_REC_BYTES == spec.shape[0] * 4 and spec.dtype == "float32"
+        # the last record kda_rec reads ends inside the buffer, for the largest record too; then
+        # v7's flags, one u32 per (head, slot)
+        assert H * (T // 16 + N) * (fam.MAX_REC_BYTES + 4) == spec.shape[0] * 4 and spec.dtype == "float32"
     assert fam.rec_bytes(SPLIT) <= fam.MAX_REC_BYTES == 23040
     # kda_prep holds one stage and no v or o: three CTAs per SM for DEFAULT's precision (228 KB)
     assert 3 * (fam.prep_smem_bytes(SPLIT) + 1024) <= 228 * 1024
@@ -101,8 +102,10 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     assert all(g["kernels"] == "split" for g in SPACE.enumerate() if g["rec_v_split"] > 1)
     # v3's 64 and 2 x its 32 split genomes (v4); v4's 96 split genomes again with prep = lean, and
     # its 24 with one-tile operands (split_w, split_intra off) with prep = compact (v5); the 12 all-bf16
-    # split genomes at rec_v_split 1 or 2 (2 orders x 3 preps) again with rec_mma = wgmma (v6)
-    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12
+    # split genomes at rec_v_split 1 or 2 (2 orders x 3 preps) again with rec_mma = wgmma (v6); v7's
+    # prep_overlap = pdl on the 28 compact genomes at every prep_ctas_per_sm that leaves an SM room
+    # for a kda_rec CTA (tests/test_kda_overlap.py)
+    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12 + 54
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])
@@ -236,7 +239,7 @@ def test_wgmma_gene_keeps_v5_keys_and_needs_split_whole_warpgroups_and_one_tile_
     from genomes.kda import SPACE_V5
 
     for name, g in NAMED.items():
-        if g["rec_mma"] == "mma_sync":
+        if g["rec_mma"] == "mma_sync" and g["prep_overlap"] == "none":
             assert g.key == SPACE_V5.make({k: g[k] for k in SPACE_V5.names}).key, name
             assert "#define KDA_REC_WGMMA 0\n" in FAMILY.render(g)
     for name in ("split-bf16-compact-wgmma", "split-bf16-v2-compact-wgmma"):
@@ -256,7 +259,7 @@ def test_wgmma_gene_keeps_v5_keys_and_needs_split_whole_warpgroups_and_one_tile_
     assert not SPACE.is_valid(dict(base, kernels="fused", prep="v3")) and not SPACE.is_valid(dict(base, rec_v_split=4))
     for flag in ("split_s", "split_u", "split_w", "split_intra"):
         assert not SPACE.is_valid(dict(base, prep="v3", **{flag: True})), flag
-    assert sum(1 for g in SPACE.enumerate() if g["rec_mma"] == "wgmma") == 12
+    assert sum(1 for g in SPACE.enumerate() if g["rec_mma"] == "wgmma" and g["prep_overlap"] == "none") == 12
 
 
 def _host_gmma():

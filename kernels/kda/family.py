@@ -31,6 +31,14 @@ SM); same grid, block and arithmetic.
 `rec_mma = wgmma` (v6: split, rec_v_split 1 or 2, all-bf16 only): kda_rec's P8 products on wgmma
 (template.cu's kda_rec_state_wgmma), its record tiles placed for shared-memory descriptors
 (`rec_smem_bytes`); kda_prep and the workspace unchanged.
+
+`prep_overlap = pdl` (v7: split, compact prep): launch() returns three launches, `kda_flags_zero`
+(one thread per (head, slot) flag: grid ceil(H x slots / 256)), kda_prep persistent (grid
+`prep_grid`: min(slots x H, prep_ctas_per_sm x SM_COUNT), each CTA a stride of the slot-major item
+list, a flag set per record written) and kda_rec with `Launch.overlap` (programmatic dependent
+launch: it acquires each chunk's flag before loading the record). The workspace holds the records
+then the flags (`workspace(case)`, the same for every genome); `overlap_budget` is what one SM holds
+of both kernels (template.cu "v7").
 """
 
 from __future__ import annotations
@@ -57,6 +65,10 @@ _STAGE = 3 * _TILE + _CHUNK * _D * 4           # q, k, v and the gate (fp32-size
 
 REC_STAGES = 3                                 # template.cu's KDA_REC_STAGES
 PREP_ENTRY = "kda_prep"
+FLAGS_ZERO_ENTRY = "kda_flags_zero"            # (v7) template.cu's KDA_FLAGS_ZERO_ENTRY
+#: the H200's SMs (as kernels/rmsnorm/family.py: the persistent grid is sized for them; on a GPU with
+#: more, some SMs hold no prep CTA, with fewer some CTAs wait: correct either way, kda_prep never waits)
+SM_COUNT = 132
 REC_ENTRIES = {"fp32": ("kda_rec_fp32", "float"), "bf16": ("kda_rec_bf16", "bf16_bits")}
 WORKSPACE = "kda_ws"
 
@@ -161,6 +173,66 @@ def split(genome: Mapping[str, Any]) -> bool:
     return dict(genome).get("kernels", "fused") == "split"
 
 
+def prep_pdl(genome: Mapping[str, Any]) -> bool:
+    """kda_prep persistent and kda_rec overlapped with it (gene prep_overlap = pdl, v7; none before it)."""
+    return dict(genome).get("prep_overlap", "none") == "pdl"
+
+
+def prep_ctas_per_sm(genome: Mapping[str, Any]) -> int:
+    return int(dict(genome).get("prep_ctas_per_sm", 3))
+
+
+def prep_grid(genome: Mapping[str, Any], T: int, N: int, H: int) -> int:
+    """(v7) the persistent kda_prep's CTAs: one per item if there are fewer, else prep_ctas_per_sm
+    a SM (all resident at once: kda_rec's CTAs can then be scheduled beside them at once)."""
+    return max(1, min(workspace_slots(T, N) * int(H), prep_ctas_per_sm(genome) * SM_COUNT))
+
+
+def flags_offset_words(T: int, N: int, H: int) -> int:
+    """(v7) where the flags start in the workspace, in its fp32 words: after H x slots records of
+    MAX_REC_BYTES (template.cu's kda_ready_flags; KDA_REC_MAX_BYTES)."""
+    return int(H) * workspace_slots(T, N) * MAX_REC_BYTES // 4
+
+
+#: (v7) registers of the kernels beside each other, bounds of what ptxas reports (nvcc 13.0, sm_90a)
+#: rounded up to the allocation unit (8 a thread): kda_prep 40-50 (compact 48, persistent or not);
+#: the pdl kda_rec (its flag waits cost 0-8 over v6's 140 / 156 / 159) by (rec_v_split, wgmma):
+#: mma_sync 145 (150 with split state and U) at s = 1, 159 (147) at 2, 164 (147) at 4; wgmma 150.
+#: tests/test_kda_overlap.py compiles the named pdl genomes and checks their figures against these.
+PREP_REGISTERS = {0: 56, 1: 56, 2: 48}
+REC_REGISTERS = {(1, False): 152, (2, False): 160, (4, False): 168, (1, True): 152, (2, True): 152}
+#: static shared memory of kda_rec (kda_sequence_of's slot) and the allocation unit of shared memory
+REC_STATIC_SMEM, SMEM_UNIT, SM_REGISTERS, REGISTER_UNIT = 16, 128, 65536, 256
+
+
+def _cta_regs(threads: int, registers: int) -> int:
+    return -(-threads // 32) * (-(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT)
+
+
+def _cta_smem(shared_bytes: int) -> int:
+    return -(-shared_bytes // SMEM_UNIT) * SMEM_UNIT + SM_CTA_RESERVED_BYTES
+
+
+def overlap_budget(genome: Mapping[str, Any], prep_ctas: int | None = None,
+                   prep_registers: int | None = None, rec_registers: int | None = None) -> dict[str, int]:
+    """(v7) one SM with `prep_ctas` (default prep_ctas_per_sm) resident kda_prep CTAs: their
+    registers and shared memory (each CTA's rounded to the allocation units, plus the 1 KB the
+    runtime reserves), one kda_rec CTA's, and how many kda_rec CTAs fit beside them (`rec_ctas`;
+    registers, shared memory and 64 warps, whichever binds first). Registers: PREP_REGISTERS /
+    REC_REGISTERS unless given (ptxas's figures for a compiled genome)."""
+    g = dict(genome)
+    p = prep_ctas_per_sm(g) if prep_ctas is None else int(prep_ctas)
+    pr = PREP_REGISTERS[prep_mode(g)] if prep_registers is None else int(prep_registers)
+    rr = REC_REGISTERS[(rec_v_split(g), rec_wgmma(g))] if rec_registers is None else int(rec_registers)
+    prep = {"registers": p * _cta_regs(THREADS, pr), "shared": p * _cta_smem(prep_smem_bytes(g)), "warps": p * THREADS // 32}
+    rec = {"registers": _cta_regs(rec_threads(g), rr), "shared": _cta_smem(rec_smem_bytes(g) + REC_STATIC_SMEM),
+           "warps": rec_threads(g) // 32}
+    fits = min((SM_REGISTERS - prep["registers"]) // rec["registers"], (SM_SHARED_BYTES - prep["shared"]) // rec["shared"],
+               (64 - prep["warps"]) // rec["warps"])
+    return {"prep_registers": prep["registers"], "prep_shared": prep["shared"], "rec_registers": rec["registers"],
+            "rec_shared": rec["shared"], "rec_ctas": max(0, fits)}
+
+
 def defines(genome: Mapping[str, Any]) -> dict[str, str]:
     g = genome
     return {"KDA_CHUNK": str(g["chunk"]), "KDA_SPLIT_S": str(int(g["split_s"])), "KDA_SPLIT_U": str(int(g["split_u"])),
@@ -169,7 +241,8 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
             "KDA_SMEM_BYTES": str(smem_bytes(g)), "KDA_PREP_SMEM_BYTES": str(prep_smem_bytes(g)),
             "KDA_REC_SMEM_BYTES": str(rec_smem_bytes(g)), "KDA_REC_BYTES_HOST": str(rec_bytes(g)),
             "KDA_REC_V_SPLIT": str(rec_v_split(g)), "KDA_PREP_LEAN": str(prep_mode(g)),
-            "KDA_PREP_MIN_BLOCKS": str(prep_min_blocks(g)), "KDA_REC_WGMMA": str(int(rec_wgmma(g)))}
+            "KDA_PREP_MIN_BLOCKS": str(prep_min_blocks(g)), "KDA_REC_WGMMA": str(int(rec_wgmma(g))),
+            "KDA_PREP_PDL": str(int(prep_pdl(g))), "KDA_REC_MAX_BYTES": str(MAX_REC_BYTES)}
 
 
 class KDAFamily(op.KDAOperation):
@@ -183,13 +256,13 @@ class KDAFamily(op.KDAOperation):
         head = [f"// kda genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in g)]
         head += [f"#define {k} {v}" for k, v in defines(g).items()]
         if split(g):
-            entries = [f"KDA_PREP_ENTRY({PREP_ENTRY})"] + [f"KDA_REC_ENTRY({name}, {ctype})"
-                                                           for name, ctype in REC_ENTRIES.values()]
+            entries = ([f"KDA_FLAGS_ZERO_ENTRY({FLAGS_ZERO_ENTRY})"] if prep_pdl(g) else []) + \
+                [f"KDA_PREP_ENTRY({PREP_ENTRY})"] + [f"KDA_REC_ENTRY({name}, {ctype})" for name, ctype in REC_ENTRIES.values()]
         else:
             entries = [f"KDA_ENTRY({name}, {ctype})" for name, ctype in ENTRIES.values()]
         return "\n".join(head) + "\n\n" + TEMPLATE.read_text() + "\n" + "\n".join(entries) + "\n"
 
-    def launch(self, genome: Genome, case: Case) -> Launch | tuple[Launch, Launch]:
+    def launch(self, genome: Genome, case: Case) -> Launch | tuple[Launch, ...]:
         p = case.params
         if (int(p["K"]), int(p["V"])) != (op.K_DIM, op.V_DIM):
             raise ValueError(f"the KDA template needs K = V = 128, got K={p['K']} V={p['V']}")
@@ -198,19 +271,28 @@ class KDAFamily(op.KDAOperation):
             return Launch(kernel=ENTRIES[p["state"]][0], grid=(H, len(lens), 1), block=(THREADS, 1, 1),
                           args=self.kernel_args(case), shared_bytes=smem_bytes(genome))
         args = self.kernel_args(case) + (WORKSPACE,)
-        prep = Launch(kernel=PREP_ENTRY, grid=(workspace_slots(sum(lens), len(lens)), H, 1), block=(THREADS, 1, 1),
+        T, N, s = sum(lens), len(lens), rec_v_split(genome)
+        rec = Launch(kernel=REC_ENTRIES[p["state"]][0], grid=(H * s, N, 1), block=(rec_threads(genome), 1, 1),
+                     args=args, shared_bytes=rec_smem_bytes(genome), overlap=prep_pdl(genome))
+        if not prep_pdl(genome):
+            prep = Launch(kernel=PREP_ENTRY, grid=(workspace_slots(T, N), H, 1), block=(THREADS, 1, 1),
+                          args=args, shared_bytes=prep_smem_bytes(genome))
+            return prep, rec
+        flags = H * workspace_slots(T, N)          # (v7) zero the flags, persistent prep, overlapped rec
+        zero = Launch(kernel=FLAGS_ZERO_ENTRY, grid=(-(-flags // THREADS), 1, 1), block=(THREADS, 1, 1), args=args)
+        prep = Launch(kernel=PREP_ENTRY, grid=(prep_grid(genome, T, N, H), 1, 1), block=(THREADS, 1, 1),
                       args=args, shared_bytes=prep_smem_bytes(genome))
-        s = rec_v_split(genome)
-        rec = Launch(kernel=REC_ENTRIES[p["state"]][0], grid=(H * s, len(lens), 1), block=(rec_threads(genome), 1, 1),
-                     args=args, shared_bytes=rec_smem_bytes(genome))
-        return prep, rec
+        return zero, prep, rec
 
     def workspace(self, case: Case) -> dict[str, BufferSpec]:
         """The split pair's records, H x workspace_slots x MAX_REC_BYTES (fp32 words): the largest
         record, since a workspace depends on the case alone. kda_prep writes every record
-        kda_rec reads (every chunk's); gap slots are neither written nor read."""
+        kda_rec reads (every chunk's); gap slots are neither written nor read. Then (v7) one u32
+        flag per (head, slot), H x workspace_slots words at flags_offset_words, used by the pdl
+        genomes only (kda_flags_zero clears them in every launch sequence)."""
         p = case.params
-        words = int(p["H"]) * workspace_slots(sum(p["lens"]), len(p["lens"])) * MAX_REC_BYTES // 4
+        T, N, H = sum(p["lens"]), len(p["lens"]), int(p["H"])
+        words = flags_offset_words(T, N, H) + H * workspace_slots(T, N)
         return {WORKSPACE: BufferSpec((words,), "float32")}
 
     def promises(self, genome: Genome) -> dict[str, Sequence[str]]:

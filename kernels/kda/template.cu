@@ -59,7 +59,7 @@
     !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES) || !defined(KDA_ORDER_LONGEST) ||              \
     !defined(KDA_PREP_SMEM_BYTES) || !defined(KDA_REC_SMEM_BYTES) || !defined(KDA_REC_BYTES_HOST) ||          \
     !defined(KDA_REC_V_SPLIT) || !defined(KDA_PREP_LEAN) || !defined(KDA_PREP_MIN_BLOCKS) ||                 \
-    !defined(KDA_REC_WGMMA)
+    !defined(KDA_REC_WGMMA) || !defined(KDA_PREP_PDL) || !defined(KDA_REC_MAX_BYTES)
 #error "render the template through kernels/kda/family.py (settings are #defines)"
 #endif
 
@@ -921,15 +921,60 @@ __device__ __forceinline__ void* kda_small_smem(Sm& sm, int i) {
     return &sm.decay[(i - KDA_TA_PIECES) * 4];
 }
 
-__device__ __forceinline__ void kda_prep_body(
+#if KDA_PREP_PDL
+// ---- v7: kda_prep and kda_rec overlapped (gene prep_overlap = pdl) -----------------------------
+// Launches (family.launch): kda_flags_zero, an ordinary launch, zeroes one flag per (head, slot),
+// H x (T / 16 + N) u32 after the records (the workspace is poisoned before every launch sequence:
+// nothing in it survives from an earlier call, and stream order makes the zeros visible to both
+// kernels after it). kda_prep, persistent: grid P = min(items, prep_ctas_per_sm x 132), items
+// slot-major (item i: slot i / H, head i % H: chunk c of every head before chunk c + 1, sequence by
+// sequence), CTA b doing items b, b + P, ...; it executes griddepcontrol.launch_dependents first,
+// so kda_rec's CTAs may be scheduled beside it at once (Launch.overlap: programmatic dependent
+// launch). After an item's record: a barrier (every thread's stores are done, and the shared
+// memory is free for the next item), then thread 0: __threadfence and a release store of 1 to the
+// item's flag. A gap slot writes nothing and sets no flag (kda_rec never reads one).
+// kda_rec: thread 0 spins (ld.acquire.gpu, __nanosleep backoff) on the flag of the chunk whose
+// record the CTA is about to cp.async, before the barrier all threads pass before issuing it (the
+// chunk loop's one barrier; the prologue's two chunks get one more); kda_rec never writes a flag.
+// Memory order: prep's record stores -> bar.sync -> thread 0's fence + st.release (cumulative:
+// the barrier orders the other threads' stores before it) -> rec's ld.acquire of 1 -> bar.sync ->
+// every rec thread's cp.async of the record: the record is read after it was written.
+// Deadlock freedom: kda_prep never waits on anything (no flag, no other CTA), so each of its CTAs
+// finishes its items once it runs, and all of them run before any kda_rec CTA can (PDL schedules
+// the dependent grid only after every prep CTA has executed launch_dependents or exited); each
+// flag kda_rec spins on belongs to a non-gap chunk of its own sequence, which some prep CTA's
+// list holds, so every spin ends. Without the overlap (a runner that launches kda_rec after
+// kda_prep has finished) every flag is already 1. kda_rec reads no flag it could wait on forever.
+__device__ __forceinline__ unsigned* kda_ready_flags(unsigned char* ws, int T, int H, int N) {
+    return reinterpret_cast<unsigned*>(ws + (size_t)H * (T / KDA_CHUNK + N) * KDA_REC_MAX_BYTES);
+}
+__device__ __forceinline__ void kda_set_ready(unsigned* f) {
+    __threadfence();
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" :: "l"(f), "r"(1u) : "memory");
+}
+__device__ __forceinline__ void kda_wait_ready(const unsigned* f) {
+    unsigned v, ns = 32;
+    for (;;) {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
+        if (v == 1u) return;
+        __nanosleep(ns);
+        ns = ns < 1024 ? 2 * ns : ns;
+    }
+}
+#endif
+
+// P2-P7 of workspace slot `slot`, head h, into its record; false (nothing written, by the whole
+// CTA) for a gap slot. The grid's CTA (blockIdx.x, blockIdx.y), or one item of the persistent
+// kda_prep's list (v7, prep_overlap = pdl: the caller's barrier follows, before the CTA's next item).
+__device__ __forceinline__ bool kda_prep_body(
     const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k, const void* __restrict__ g,
     const bf16_bits* __restrict__ beta, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ cu_seqlens, int T, int H, int N, float scale, float lower_bound, int flags,
-    unsigned char* __restrict__ ws) {
+    unsigned char* __restrict__ ws, const int slot, const int h) {
     extern __shared__ __align__(128) unsigned char kda_smem_raw[];
     KdaPrepSmem& sm = *reinterpret_cast<KdaPrepSmem*>(kda_smem_raw);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int slot = blockIdx.x, h = blockIdx.y, nslots = T / KDA_CHUNK + N;
+    const int nslots = T / KDA_CHUNK + N;
 #if KDA_PREP_LEAN
     int n, bos, eos;
     if (N <= KDA_THREADS) {                                  // one round trip: thread i tests sequence i
@@ -948,7 +993,7 @@ __device__ __forceinline__ void kda_prep_body(
     const int bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
 #endif
     const int t0 = bos + (slot - (bos / KDA_CHUNK + n)) * KDA_CHUNK;
-    if (t0 >= eos) return;                                   // a gap slot (the whole CTA)
+    if (t0 >= eos) return false;                             // a gap slot (the whole CTA)
     const int valid = min(KDA_CHUNK, eos - t0);
     const bool gate_in_kernel = A_log != nullptr;
     const bool beta_logit = flags & 1, l2norm = flags & 2;
@@ -1008,6 +1053,7 @@ __device__ __forceinline__ void kda_prep_body(
         if (tid < KDA_SMALL_PIECES)
             *reinterpret_cast<uint4*>(rec + kda_small_off(tid)) = *reinterpret_cast<const uint4*>(kda_small_smem(sm, tid));
     }
+    return true;
 }
 
 template <typename ST>
@@ -1038,6 +1084,9 @@ __device__ __forceinline__ void kda_rec_body(
     const int nchunks = (eos - bos + KDA_CHUNK - 1) / KDA_CHUNK;
     const size_t row_stride = (size_t)H * KDA_D;
     const unsigned char* recs = ws + ((size_t)h * nslots + bos / KDA_CHUNK + n) * KDA_REC_BYTES;
+#if KDA_PREP_PDL   // chunk c's flag (v7): set by kda_prep once its record is written
+    const unsigned* ready = kda_ready_flags(const_cast<unsigned char*>(ws), T, H, N) + (size_t)h * nslots + bos / KDA_CHUNK + n;
+#endif
 
     auto load = [&](int c, int s) {                          // chunk c's record and v slice into stage s
         const int t0 = bos + c * KDA_CHUNK, sr = tid >> KDA_REC_PARTS_LOG2, spart = tid & (KDA_REC_PARTS - 1);
@@ -1090,6 +1139,11 @@ __device__ __forceinline__ void kda_rec_body(
         }
     };
 
+#if KDA_PREP_PDL
+    if (tid == 0)                                            // the prologue's records are written ...
+        for (int c = 0; c < KDA_REC_STAGES - 1 && c < nchunks; ++c) kda_wait_ready(ready + c);
+    __syncthreads();                                         // ... and every thread may read them
+#endif
 #pragma unroll
     for (int c = 0; c < KDA_REC_STAGES - 1; ++c) {           // one commit group per chunk, empty past the end
         if (c < nchunks) load(c, c);
@@ -1100,6 +1154,9 @@ __device__ __forceinline__ void kda_rec_body(
         cp_async_wait<KDA_REC_STAGES - 2>();                 // chunk c's group has landed (this thread's)
 #if KDA_REC_WGMMA
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // ... and is visible to wgmma's reads
+#endif
+#if KDA_PREP_PDL   // (v7) the record loaded after this barrier is written (thread 0 acquires its flag)
+        if (tid == 0 && c + KDA_REC_STAGES - 1 < nchunks) kda_wait_ready(ready + c + KDA_REC_STAGES - 1);
 #endif
         __syncthreads();   // everyone's: stage s is visible; chunk c - 1's P8 is done everywhere, so its
                            // stage may be refilled and its staged o read
@@ -1138,13 +1195,43 @@ __device__ __forceinline__ void kda_rec_body(
     }
 
 // the split pair's entries: the fused kernel's parameters, then the workspace (family.workspace)
+#if KDA_PREP_PDL
+// (v7) persistent: items b, b + P, ... of the slot-major list; each record's flag set once written
 #define KDA_PREP_ENTRY(NAME)                                                                             \
     extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_PREP_MIN_BLOCKS) NAME(                 \
         const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
         const float* A_log, const float* dt_bias, const int* cu_seqlens, const void* h0, bf16_bits* o,   \
         void* ht, int T, int H, int N, float scale, float lower_bound, int flags, unsigned char* ws) {   \
-        kda_prep_body(q, k, g, beta, A_log, dt_bias, cu_seqlens, T, H, N, scale, lower_bound, flags, ws); \
+        asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");                                \
+        const int nslots = T / KDA_CHUNK + N, items = nslots * H;                                         \
+        unsigned* ready = kda_ready_flags(ws, T, H, N);                                                   \
+        for (int i = blockIdx.x; i < items; i += gridDim.x) {                                             \
+            const int slot = i / H, h = i - slot * H;                                                     \
+            const bool wrote = kda_prep_body(q, k, g, beta, A_log, dt_bias, cu_seqlens, T, H, N, scale,  \
+                                             lower_bound, flags, ws, slot, h);                            \
+            __syncthreads();                                                                              \
+            if (wrote && threadIdx.x == 0) kda_set_ready(ready + (size_t)h * nslots + slot);              \
+        }                                                                                                 \
     }
+// (v7) one ordinary launch before kda_prep: every (head, slot) flag to 0, one thread each
+#define KDA_FLAGS_ZERO_ENTRY(NAME)                                                                       \
+    extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) NAME(                                   \
+        const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
+        const float* A_log, const float* dt_bias, const int* cu_seqlens, const void* h0, bf16_bits* o,   \
+        void* ht, int T, int H, int N, float scale, float lower_bound, int flags, unsigned char* ws) {   \
+        const size_t i = (size_t)blockIdx.x * KDA_THREADS + threadIdx.x;                                  \
+        if (i < (size_t)H * (T / KDA_CHUNK + N)) kda_ready_flags(ws, T, H, N)[i] = 0u;                    \
+    }
+#else
+#define KDA_PREP_ENTRY(NAME)                                                                             \
+    extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_PREP_MIN_BLOCKS) NAME(                 \
+        const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
+        const float* A_log, const float* dt_bias, const int* cu_seqlens, const void* h0, bf16_bits* o,   \
+        void* ht, int T, int H, int N, float scale, float lower_bound, int flags, unsigned char* ws) {   \
+        kda_prep_body(q, k, g, beta, A_log, dt_bias, cu_seqlens, T, H, N, scale, lower_bound, flags, ws, \
+                      blockIdx.x, blockIdx.y);                                                            \
+    }
+#endif
 #define KDA_REC_ENTRY(NAME, ST)                                                                          \
     extern "C" __global__ void __launch_bounds__(KDA_REC_THREADS, 1) NAME(                                   \
         const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \

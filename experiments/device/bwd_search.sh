@@ -5,7 +5,7 @@
 # call does not carry is gone from the machine in that call: session 12 lost INT21 that way for
 # two calls); a step stops at once (exit 4) when INT21, or in step c QuACK, cannot be imported.
 #   STEP=a [.whl .whlq1 + PEERS] (PROBE=seeds.json: those genomes through bwd_probe.py first, PROBE_S): INT21 restored (or built),
-#          the family's GPU tests, where the judge's CHECK time goes, the search started (SEARCH_S)
+#          the family's GPU tests, where the judge's CHECK time goes, a new search started (SEARCH_S; 0: none)
 #   STEP=b [.whlq2 + PEERS]: the search resumed for SEARCH_S more seconds (on a fresh machine, from the
 #          committed dump BWD_DUMP, default results/rmsnorm_bwd_h200_run.json.gz: `evo resume DUMP`;
 #          a first call carries .whl too, and .whlq1 when a step c follows)
@@ -45,11 +45,13 @@ a)
             > "$OUT/profile.txt" 2>&1
         grep -E "^CHECK|^check cases" "$OUT/profile.txt"
     fi
-    timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli run "$CONFIG" --quiet --runs-dir /root/work/runs \
-        > "$OUT/search_a.log" 2>&1
-    tail -3 "$OUT/search_a.log"
-    ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
-    python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_h200_run.json.gz" | tail -1 ;;
+    if [ "${SEARCH_S:-240}" -gt 0 ]; then     # SEARCH_S=0: no new run (step b then goes on from the dump)
+        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli run "$CONFIG" --quiet --runs-dir /root/work/runs \
+            > "$OUT/search_a.log" 2>&1
+        tail -3 "$OUT/search_a.log"
+        ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
+        python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_h200_run.json.gz" | tail -1
+    fi ;;
 b)
     if [ -s /root/work/bwd_run_dir ] && [ -d "$(cat /root/work/bwd_run_dir)" ]; then
         timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir)" --quiet \

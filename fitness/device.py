@@ -417,6 +417,11 @@ class DeviceRunner:
                                      max_smem=getattr(self.backend, "max_smem_optin", 227 * 1024))
             if problem:
                 return fail(Status.INVALID, problem if len(launches) == 1 else f"launch {i + 1} of {len(launches)}: {problem}")
+        if launches[0].overlap:
+            # what runs before a case's first launch is the judge's (the L2 flush, the launch
+            # shield's spin, the start event): a kernel may overlap only its own case's launch
+            return fail(Status.INVALID, "launch 1 asks to overlap what runs before it (Launch.overlap): only a "
+                                        "case's later launches may overlap the launch before them")
         try:
             steps: list[tuple[Any, Launch]] = []
             for one in launches:

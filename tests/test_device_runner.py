@@ -8,6 +8,7 @@ error classification. Each fake kernel below plays one way of cheating or failin
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -849,3 +850,19 @@ def test_a_workspace_named_like_an_output_is_a_family_bug():
     r._families[("fake_two_step", "fake_root")] = Clash(dtypes=("bf16",))
     res = r.run(_two_step_job(CHECK, [TWO_STEP.make_case(7, 520, "bf16")]))
     assert res.status is Status.RUNTIME_ERROR and res.extra.get("internal_error") and "share names" in res.message
+
+
+def test_only_a_later_launch_may_overlap_the_one_before_it():
+    """Launch.overlap on a case's first launch would let the candidate start under the judge's own
+    kernels (the L2 flush, the launch shield's spin) and before its start event: INVALID. On a
+    later launch it is the family's permission, and the runner launches it (here in order)."""
+    case = TWO_STEP.make_case(7, 520, "bf16")
+    r = _two_step_runner({"rstd": k_rstd_to_scratch, "y": k_y_from_scratch})
+    job = _two_step_job(CHECK, [case])
+    first, second = job.launches[case.id]
+    early = replace(job, launches={case.id: (replace(first, overlap=True), second)})
+    res = r.run(early)
+    assert res.status is Status.INVALID and "launch 1 asks to overlap" in res.message, res.message
+    later = replace(job, launches={case.id: (first, replace(second, overlap=True))})
+    res = r.run(later)
+    assert res.status is Status.OK, res.message

@@ -42,6 +42,16 @@ def recorded_config(recording, path=RECORDING, **overrides):
                                "output.progress": False, **overrides})
 
 
+def replayed_verdicts(path, version, count):
+    """The record at `path` replayed verdict for verdict: its evaluations by key."""
+    recording = json.loads(gzip.decompress(path.read_bytes()))
+    store, _ = replay(recording, path, version, count)
+    by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
+    for r in store.records("replay"):
+        assert r.evaluation.status is by_key[r.key].status
+    return by_key
+
+
 def replay(recording, path, version, count):
     """Replay `recording` from its own config; the store, after checking the order of asks."""
     cfg = recorded_config(recording, path)
@@ -86,11 +96,7 @@ def test_session13_record_replays_and_every_evaluation_was_timed_beside_int21():
     job after it, where the same error, left pending by INT21's check, surfaced in INT21's next
     call (a baseline's CUDA error leaking into the next call: see results/archive/NOTES.md,
     session 13)."""
-    recording = json.loads(gzip.decompress(RECORDING_V4.read_bytes()))
-    store, _ = replay(recording, RECORDING_V4, "v4", 24)
-    by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
-    for r in store.records("replay"):
-        assert r.evaluation.status is by_key[r.key].status
+    by_key = replayed_verdicts(RECORDING_V4, "v4", 24)
     ok = [e for e in by_key.values() if e.status is Status.OK]
     assert len(ok) == 23 and all(e.device.startswith("NVIDIA H200") for e in ok)
     missing = []
@@ -113,11 +119,7 @@ def test_session14_record_replays_and_keeps_its_three_misaligned_prefetches():
     RUNTIME_ERRORs are the bug the record found: staging = l2 with 8-byte vectors, CUDA error 716
     (misaligned address) in CHECK, from bulk prefetches of slices that start mid-line (fixed in the
     template: tests/test_rmsnorm_bwd_family.py's bulk_span test replays those cases)."""
-    recording = json.loads(gzip.decompress(RECORDING_V5.read_bytes()))
-    store, _ = replay(recording, RECORDING_V5, "v5", 36)
-    by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
-    for r in store.records("replay"):
-        assert r.evaluation.status is by_key[r.key].status
+    by_key = replayed_verdicts(RECORDING_V5, "v5", 36)
     ok = [e for e in by_key.values() if e.status is Status.OK]
     assert len(ok) == 33 and all(e.device.startswith("NVIDIA H200") for e in ok)
     missing = {c.case for e in ok for c in e.cases if c.time_us is not None and "int21" not in c.baselines_us}

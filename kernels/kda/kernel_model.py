@@ -332,7 +332,95 @@ def workspace_slots(lens) -> list[list[int]]:
     return out
 
 
+#: the compact kda_prep's time alone (ms), measured on the H200 in session 14 (results/archive/session14/
+#: callD/kda_prep_probe.json, split-bf16-v2-compact's kda_prep, 5 CTAs per SM, L2 flushed, median of 25):
+#: what the v7 prediction scales to prep_ctas_per_sm
+PREP_COMPACT_MS = {"fixed/H96": 0.574, "mixed/H96": 0.571, "uniform/H96": 0.561,
+                   "fixed/H64": 0.378, "mixed/H64": 0.391, "uniform/H64": 0.395}
+#: PREDICTIONS (session 14, before any device run) for prep_overlap = pdl (v7): a kda_prep item's time
+#: per SM at p CTAs per SM relative to 5 (the compact prep as measured), (low, central, high). A CTA's
+#: item lives L(p) = L0 + p c; fitted to the lean prep at 4 per SM (0.621-0.643 ms, 1.64 us an item per
+#: SM) and the compact at 5 (0.561-0.574 ms, 1.50 us): L0 = 2.8 us of latency, c = 0.94 us of issue
+#: per item (the README's SASS estimate of ~1.0 us): central (L0 / p + c) / (L0 / 5 + c). Low: the
+#: per-SM rate of 5 CTAs held at p (issue-bound: the persistent loop also drops the CTA launches);
+#: high: latency-bound, 5 / p.
+PREP_ISSUE_US, PREP_LATENCY_US = 0.94, 2.8
+
+
+def prep_item_factor(p: int) -> tuple[float, float, float]:
+    """(low, central, high) kda_prep time per item per SM at p CTAs per SM over the measured 5's."""
+    central = (PREP_LATENCY_US / p + PREP_ISSUE_US) / (PREP_LATENCY_US / 5 + PREP_ISSUE_US)
+    return 1.0, central, 5.0 / p
+
+
+def overlap_time_ms(lens, H: int, split_v: int, prep_ctas: int, prep_ms: float, beside: int, *,
+                    order: str = "index", fit: dict | None = None, launch_us: float = 5.0) -> dict:
+    """The v7 launch sequence by a fluid model of one SM type (132 of them):
+
+    * kda_prep: P = min(items, prep_ctas x 132) persistent CTAs, items slot-major in rounds of P, an
+      item's round ending at (round + 1) x life; life = prep_ctas x the per-SM item time (prep_ms
+      measured or scaled, x 132 / items) x sigma, sigma = max(1, f_prep + f_rec): the issue the two
+      kernels ask of a sub-partition (f_prep = PREP_ISSUE_US / the per-SM item time; f_rec = b w /
+      (a + b w), w the kda_rec warps per sub-partition beside it); when they ask more than it has,
+      both stretch.
+    * kda_rec: CTAs in launch order (rec_grid) list-scheduled on 132 x `beside` slots while kda_prep
+      runs and 132 x min(REC_RESIDENT, what is left / 132) after; each pays cta_us once, then chunk c
+      starts when chunk c - 1 is done and chunk c + 2's flag is set (template.cu's wait), taking
+      (a + b w) sigma while kda_prep runs and a + b w' after (SPLIT_FIT).
+
+    Returns {"total_ms", "prep_ms", "rec_alone_ms"} (rec_alone_ms: the same schedule with kda_prep
+    finished before: the non-overlapped kda_rec, which checks the model against the measured one)."""
+    import heapq  # noqa: PLC0415
+
+    f = SPLIT_FIT if fit is None else fit
+    a, b, cta = f["a_us"], f["b_us"], f["cta_us"]
+    lens = [int(x) for x in lens]
+    H, s = int(H), int(split_v)
+    slots = sum(lens) // CHUNK + len(lens)
+    items = slots * H
+    P = min(items, int(prep_ctas) * SMS)
+    per_sm_item = float(prep_ms) * 1000.0 * SMS / items
+    warps = 8 // s
+    w_dur = -(-int(beside) * warps // 4)
+    f_rec = b * w_dur / (a + b * w_dur)
+    sigma = max(1.0, min(1.0, PREP_ISSUE_US / per_sm_item) + f_rec)
+    life = per_sm_item * P / SMS * sigma
+    prep_end = -(-items // P) * life
+    seq_slots = workspace_slots(lens)
+    grid = rec_grid(lens, H, s, order)
+
+    def run(t_end: float) -> float:
+        ctas = len(grid)
+        after = max(1, min(REC_RESIDENT[s], -(-ctas // SMS)))
+        t_after = a + b * -(-after * warps // 4)
+        running: list[float] = []
+        t, last = 0.0, 0.0
+        for i, (h, _, n) in enumerate(grid):
+            cap = lambda x: SMS * (int(beside) if x < t_end else max(after, 1))    # noqa: E731
+            t = last
+            while True:
+                while running and running[0] <= t:
+                    heapq.heappop(running)
+                if len(running) < cap(t):
+                    break
+                nxt = running[0]
+                t = min(nxt, t_end) if t < t_end < nxt else nxt
+            last = t
+            sl = seq_slots[n]
+            done = t + cta
+            for c in range(len(sl)):
+                flag = (((sl[min(c + 2, len(sl) - 1)] * H + h) // P) + 1) * life if t_end > 0 else 0.0
+                start = max(done, flag)
+                done = start + ((a + b * w_dur) * sigma if start < t_end else t_after)
+            heapq.heappush(running, done)
+        return max(running) if running else 0.0
+
+    total = run(prep_end)
+    return {"total_ms": (max(total, prep_end) + launch_us) / 1000.0, "prep_ms": prep_end / 1000.0,
+            "rec_alone_ms": run(0.0) / 1000.0}
+
+
 __all__ = ["CHUNK", "REC_LOOP_SASS", "PREP_SCALE_PREDICTED", "WGMMA_B_US_PREDICTED", "gmma_canonical_offset",
            "mma_sync_fragment", "wgmma_fragment", "wgmma_predicted_ms", "REC_RESIDENT", "SESSION13_MS", "SPLIT_FIT", "chunk_model", "fit_split_model", "rec_chunk_us", "rec_grid",
            "resident_ctas", "sequence_order", "slot_schedule", "split_fit_ms", "split_fit_terms", "split_time_ms",
-           "wave_makespan", "workspace_slots"]
+           "wave_makespan", "workspace_slots", "PREP_COMPACT_MS", "overlap_time_ms", "prep_item_factor"]

@@ -4,17 +4,16 @@
 # after every scenario (copy them to results/kda_fwd_h200.*), then Triton's cache saved for the
 # next call (fla_triton.tgz[.partN]: copy into .peers/ and carry).
 #   carry: .whl .peers/flashkda_ext.tgz .peers/flashkda_ext.commit [.peers/fla_triton.tgz or its parts]
-#   GENOMES (split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-lean: v5's prep genes, the
-#   most promising by kernels/kda/kernel_model.split_fit_ms (README "Measured: v3 and v4"): compact
-#   (5 kda_prep CTAs per SM) at rec_v_split 2 for fixed/H64 and uniform, at 1 for fixed/H96 and
-#   mixed (v2's three CTAs per SM slow mixed's longest chain), lean (4 per SM) at 2 to tell
-#   occupancy from the loads; v4's split-bf16 / -v2 times are on record in results/kda_fwd_h200.*
-#   (IQRs <= 0.005 ms) and in the probe below; 3 genomes: ~45 s of table in session 13; and v6's
-#   split-bf16-v2-compact-wgmma, split-bf16-compact-wgmma: kda_rec's P8 on wgmma, compiled and
-#   CPU-tested, never run before this table: CHECK against float64 drops it if wrong, but a CUDA
-#   fault in it would end the table's process (tests/test_kda_gpu.py -k wgmma checks it alone;
-#   GENOMES=split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-lean leaves it out); 5 genomes:
-#   ~75 s of table (estimate, session 13's ~15 s a genome), well inside TABLE_S and BUDGET_S),
+#   GENOMES (v7's split-bf16-v2-compact-pdl3, -v4-compact-pdl3, -v2-compact-pdl2: kda_rec overlapped
+#   with a persistent kda_prep at 3 / 3 / 2 CTAs per SM, README "v7: prep and rec overlapped", its
+#   PREDICTION: pdl3 best on uniform/H96 and H64, pdl2 on fixed/H96 and mixed/H96, v4-pdl3 slower,
+#   the residency test; compiled and CPU-tested, never run before this table: CHECK against float64
+#   drops a wrong one, but a hang or CUDA fault would end the table's process (tests/
+#   test_kda_overlap.py -m gpu checks them alone; GENOMES=split-bf16-v2-compact,split-bf16-compact
+#   leaves them out); then v5's split-bf16-v2-compact and split-bf16-compact, session 14's best
+#   (1.20-1.60x FlashKDA), the baseline of the overlap; v6's wgmma genomes dropped: slower than
+#   mma.sync on the H200, e.g. fixed/H64 0.847 vs 0.745 ms; 5 genomes: ~75 s of table (estimate,
+#   session 13's ~15 s a genome), well inside TABLE_S and BUDGET_S),
 #   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-v2 and its lean and compact preps, each launch
 #   timed apart: the fitted split of the time, measured), PROBE_S (90: after the table),
 #   BUDGET_S (300: no scenario starts later), TABLE_S (380: the table's hard limit; what it finished is
@@ -29,7 +28,7 @@ set -o pipefail
 . experiments/device/device_lib.sh
 device_start >/dev/null || exit 1
 . experiments/device/kda_peers_build.sh > "$OUT/kda_peers.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_peers.log"
-GENOMES="${GENOMES:-split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-lean,split-bf16-v2-compact-wgmma,split-bf16-compact-wgmma}"
+GENOMES="${GENOMES:-split-bf16-v2-compact-pdl3,split-bf16-v4-compact-pdl3,split-bf16-v2-compact-pdl2,split-bf16-v2-compact,split-bf16-compact}"
 if ! grep -q "as_launches" experiments/device/kda_fwd_table.py; then
     echo "kda_fwd_table.py launches one kernel per genome: split genomes left out of $GENOMES"
     GENOMES=$(echo "$GENOMES" | tr ',' '\n' | grep -v '^split' | paste -sd, -); GENOMES="default,${GENOMES}"

@@ -292,7 +292,8 @@ def test_pdl_genomes_compile_without_spills_within_the_budget_and_the_protocols_
         assert a["HMMA"] > 0 and a["MUFU"] - b["MUFU"] == (kname == "kda_prep"), (kname, a["MUFU"], b["MUFU"])
     assert "PREEXIT" in prep[:8] and ops(prep)["PREEXIT"] == 1
     stg = [i for i, x in enumerate(prep) if "STG.E.STRONG.GPU" in x]
-    assert len(stg) == 1 and any(x.startswith("MEMBAR") for x in prep[stg[0] - 8:stg[0]])
+    assert len(stg) == 1 and any(x.startswith("MEMBAR.ALL.GPU") for x in prep[stg[0] - 8:stg[0]])
+    assert not any("MEMBAR.SC" in x for x in prep)             # the release store alone, no extra fence
     assert not any("LDG.E.STRONG" in x for x in prep)                      # kda_prep waits on nothing
     for kname in ("kda_rec_fp32", "kda_rec_bf16"):
         rec = _lines(res.sass, kname)

@@ -931,12 +931,11 @@ __device__ __forceinline__ void* kda_small_smem(Sm& sm, int i) {
 // sequence), CTA b doing items b, b + P, ...; it executes griddepcontrol.launch_dependents first,
 // so kda_rec's CTAs may be scheduled beside it at once (Launch.overlap: programmatic dependent
 // launch). After an item's record: a barrier (every thread's stores are done, and the shared
-// memory is free for the next item), then thread 0: __threadfence and a release store of 1 to the
-// item's flag. A gap slot writes nothing and sets no flag (kda_rec never reads one).
+// memory is free for the next item), then thread 0: a release store of 1 to the item's flag. A gap slot writes nothing and sets no flag (kda_rec never reads one).
 // kda_rec: thread 0 spins (ld.acquire.gpu, __nanosleep backoff) on the flag of the chunk whose
 // record the CTA is about to cp.async, before the barrier all threads pass before issuing it (the
 // chunk loop's one barrier; the prologue's two chunks get one more); kda_rec never writes a flag.
-// Memory order: prep's record stores -> bar.sync -> thread 0's fence + st.release (cumulative:
+// Memory order: prep's record stores -> bar.sync -> thread 0's st.release (cumulative:
 // the barrier orders the other threads' stores before it) -> rec's ld.acquire of 1 -> bar.sync ->
 // every rec thread's cp.async of the record: the record is read after it was written.
 // Deadlock freedom: kda_prep never waits on anything (no flag, no other CTA), so each of its CTAs
@@ -948,8 +947,10 @@ __device__ __forceinline__ void* kda_small_smem(Sm& sm, int i) {
 __device__ __forceinline__ unsigned* kda_ready_flags(unsigned char* ws, int T, int H, int N) {
     return reinterpret_cast<unsigned*>(ws + (size_t)H * (T / KDA_CHUNK + N) * KDA_REC_MAX_BYTES);
 }
+// the release store alone (MEMBAR.ALL.GPU + STG.E.STRONG.GPU): after the CTA's barrier it orders
+// every thread's record stores before the flag (release is cumulative), as CUTLASS's
+// GenericBarrier does; a __threadfence before it added MEMBAR.SC.GPU + CCTL.IVALL per item
 __device__ __forceinline__ void kda_set_ready(unsigned* f) {
-    __threadfence();
     asm volatile("st.release.gpu.global.u32 [%0], %1;\n" :: "l"(f), "r"(1u) : "memory");
 }
 __device__ __forceinline__ void kda_wait_ready(const unsigned* f) {

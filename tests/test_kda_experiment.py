@@ -1,7 +1,7 @@
 """experiments/kda_fwd_h200.toml, the KDA search's config, on the CPU: it loads and passes the
 engine's environment checks, judges what the issue asks (FlashKDA's six scenarios, the worst
-one's speedup over FlashKDA, a stop at 1.3x), and its first population's region is the split
-pair with v5's kda_prep that the README's model puts first, device genomes included."""
+one's speedup over FlashKDA, a stop at 1.3x), and its first population's region is the compact
+split pair on mma.sync, overlapped (v7) or not, the table's genomes included."""
 
 from __future__ import annotations
 
@@ -26,20 +26,23 @@ def test_config_loads_and_names_the_issues_target():
     assert sorted(c.id for c in cases) == sorted(c.id for c in family.benchmark_cases("flashkda")) and len(cases) == 6
     assert cfg.objective.metric == "min_speedup" and cfg.budget.target == 1.3
     assert cfg.objective.baseline in {b.name for b in family.baselines()}
-    assert cfg.experiment.space_version == "v5" and cfg.evaluator.kind == "gpu" and cfg.benchmark.check
+    assert cfg.experiment.space_version == "v7" and cfg.evaluator.kind == "gpu" and cfg.benchmark.check
 
 
-def test_first_population_region_is_the_split_pair_with_v5s_prep():
+def test_first_population_region_is_the_compact_split_pair_overlapped_or_not():
     from evo.config import load_config
 
     cfg = load_config(CONFIG)
-    space = SPACES[cfg.experiment.space_version]          # the version the search runs under (v5), not the latest
+    space = SPACES[cfg.experiment.space_version]          # the version the search runs under (v7)
     region = cfg.search.init_within
     inside = [g for g in space.enumerate() if all(g[k] in v for k, v in region.items())]
-    # every rec_v_split, order, split_s and split_u, both new preps: 3 x 2 x 2 x 2 x 2
-    assert len(inside) == 48 and all(g["kernels"] == "split" and g["prep"] != "v3" for g in inside)
+    # order, split_s and split_u (2 x 2 x 2) x the 9 (prep_overlap, prep_ctas_per_sm, rec_v_split)
+    # the budget allows: none at 1/2/4, pdl2 at 1/2/4, pdl3 at 2/4, pdl4 at 4
+    assert len(inside) == 72 and all(g["kernels"] == "split" and g["prep"] == "compact" for g in inside)
+    assert {g["prep_overlap"] for g in inside} == {"none", "pdl"}
     keys = {g.key for g in inside}
-    for name in ("split-bf16-compact", "split-bf16-v2-compact", "split-bf16-v2-lean", "split-bf16-lean"):
+    for name in ("split-bf16-compact", "split-bf16-v2-compact", "split-bf16-v2-compact-pdl3",
+                 "split-bf16-v4-compact-pdl3", "split-bf16-v2-compact-pdl2"):
         assert NAMED[name].key in keys, name
     drawn = [space.sample(random.Random(cfg.experiment.seed + i), within=region) for i in range(8)]
     assert all(g.key in keys for g in drawn)

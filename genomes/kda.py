@@ -134,9 +134,10 @@ PREP_OVERLAP = Choice("prep_overlap", options=("none", "pdl"), group="structure"
 PREP_CTAS_PER_SM = Choice("prep_ctas_per_sm", options=(2, 3, 4), group="geometry", legacy=3,
                           doc="the persistent kda_prep's CTAs per SM (grid min(items, this x 132)); prep_overlap = "
                               "pdl only (elsewhere at its legacy 3); v7")
-#: the most compact kda_prep CTAs per SM beside one kda_rec CTA of rec_v_split s (registers bind;
+#: the most compact kda_prep CTAs per SM beside one kda_rec CTA of rec_v_split s (registers bind,
+#: per SM sub-partition: 4 prep CTAs leave no sub-partition room for a kda_rec warp, at any s;
 #: kernels/kda/family.py `overlap_budget` computes it, tests/test_kda_overlap.py compares)
-PDL_MAX_PREP_CTAS = {1: 2, 2: 3, 4: 4}
+PDL_MAX_PREP_CTAS = {1: 2, 2: 3, 4: 3}
 V7_CONSTRAINTS = V6_CONSTRAINTS + (
     implies("pdl_needs_split_kernels", ("prep_overlap", "kernels"), lambda v: v["prep_overlap"] == "pdl",
             lambda v: v["kernels"] == "split", "only the split pair has two kernels to overlap"),
@@ -147,6 +148,15 @@ V7_CONSTRAINTS = V6_CONSTRAINTS + (
             lambda v: v["prep_overlap"] == "pdl",
             lambda v: v["prep_ctas_per_sm"] <= PDL_MAX_PREP_CTAS[v["rec_v_split"]],
             "prep_ctas_per_sm resident kda_prep CTAs must leave room for one kda_rec CTA per SM (PDL_MAX_PREP_CTAS)"),
+    # the budget's kda_rec registers are the one-tile (all-bf16) kernels' (split U needs 161-182: a
+    # pdl2 genome would then fit one kda_rec CTA, not two), and kda_prep walks the sequences in
+    # index order, so a longest-first kda_rec would wait for its first record most of the prep
+    implies("pdl_needs_one_tile_operands", ("prep_overlap", "split_s", "split_u"), lambda v: v["prep_overlap"] == "pdl",
+            lambda v: not v["split_s"] and not v["split_u"], "the overlap's register budget holds for one bf16 tile "
+            "per operand (split_s = split_u = false): split U's kda_rec needs 161-182 registers"),
+    implies("pdl_needs_index_order", ("prep_overlap", "order"), lambda v: v["prep_overlap"] == "pdl",
+            lambda v: v["order"] == "index", "kda_prep produces the records sequence by sequence in index order: "
+            "a longest-first kda_rec would spin on its first record for most of the prep"),
     implies("prep_ctas_only_with_pdl", ("prep_ctas_per_sm", "prep_overlap"), lambda v: v["prep_ctas_per_sm"] != 3,
             lambda v: v["prep_overlap"] == "pdl", "without the overlap kda_prep is not persistent: other values "
             "would only duplicate genomes"),

@@ -36,9 +36,9 @@ def test_first_population_region_is_the_compact_split_pair_overlapped_or_not():
     space = SPACES[cfg.experiment.space_version]          # the version the search runs under (v7)
     region = cfg.search.init_within
     inside = [g for g in space.enumerate() if all(g[k] in v for k, v in region.items())]
-    # order, split_s and split_u (2 x 2 x 2) x the 9 (prep_overlap, prep_ctas_per_sm, rec_v_split)
-    # the budget allows: none at 1/2/4, pdl2 at 1/2/4, pdl3 at 2/4, pdl4 at 4
-    assert len(inside) == 72 and all(g["kernels"] == "split" and g["prep"] == "compact" for g in inside)
+    # without the overlap: order, split_s and split_u (2 x 2 x 2) at rec_v_split 1, 2, 4; with it
+    # (index order, one-tile operands): pdl2 at 1, 2, 4 and pdl3 at 2, 4, what the budget allows
+    assert len(inside) == 24 + 5 and all(g["kernels"] == "split" and g["prep"] == "compact" for g in inside)
     assert {g["prep_overlap"] for g in inside} == {"none", "pdl"}
     keys = {g.key for g in inside}
     for name in ("split-bf16-compact", "split-bf16-v2-compact", "split-bf16-v2-compact-pdl3",

@@ -103,9 +103,9 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     # v3's 64 and 2 x its 32 split genomes (v4); v4's 96 split genomes again with prep = lean, and
     # its 24 with one-tile operands (split_w, split_intra off) with prep = compact (v5); the 12 all-bf16
     # split genomes at rec_v_split 1 or 2 (2 orders x 3 preps) again with rec_mma = wgmma (v6); v7's
-    # prep_overlap = pdl on the 28 compact genomes at every prep_ctas_per_sm that leaves an SM room
-    # for a kda_rec CTA (tests/test_kda_overlap.py)
-    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12 + 54
+    # prep_overlap = pdl on the compact, one-tile, index-order genomes at every prep_ctas_per_sm that
+    # leaves each SM sub-partition room for a kda_rec warp (tests/test_kda_overlap.py)
+    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12 + 8
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])

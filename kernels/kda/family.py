@@ -205,8 +205,16 @@ REC_REGISTERS = {(1, False): 152, (2, False): 160, (4, False): 168, (1, True): 1
 REC_STATIC_SMEM, SMEM_UNIT, SM_REGISTERS, REGISTER_UNIT = 16, 128, 65536, 256
 
 
+#: an SM's four sub-partitions, each with its own register file and warp slots (cuda_occupancy.h, sm_90)
+SMSPS, SMSP_REGISTERS, SMSP_WARPS = 4, 16384, 16
+
+
+def _warp_regs(registers: int) -> int:
+    return -(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+
+
 def _cta_regs(threads: int, registers: int) -> int:
-    return -(-threads // 32) * (-(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT)
+    return -(-threads // 32) * _warp_regs(registers)
 
 
 def _cta_smem(shared_bytes: int) -> int:
@@ -218,19 +226,27 @@ def overlap_budget(genome: Mapping[str, Any], prep_ctas: int | None = None,
     """(v7) one SM with `prep_ctas` (default prep_ctas_per_sm) resident kda_prep CTAs: their
     registers and shared memory (each CTA's rounded to the allocation units, plus the 1 KB the
     runtime reserves), one kda_rec CTA's, and how many kda_rec CTAs fit beside them (`rec_ctas`;
-    registers, shared memory and 64 warps, whichever binds first). Registers: PREP_REGISTERS /
-    REC_REGISTERS unless given (ptxas's figures for a compiled genome)."""
+    registers, shared memory and warps, whichever binds first). Registers are counted where the
+    hardware allocates them: per SM sub-partition (16,384 each, a CTA's warps spread over the four;
+    cuda_occupancy.h), not per SM: 4 prep CTAs leave 4,096 of a sub-partition, less than one
+    kda_rec warp's 4,608-5,376, although the SM as a whole has 16,384 left (the session-14 review's
+    finding). Registers: PREP_REGISTERS / REC_REGISTERS unless given (ptxas's figures)."""
     g = dict(genome)
     p = prep_ctas_per_sm(g) if prep_ctas is None else int(prep_ctas)
     pr = PREP_REGISTERS[prep_mode(g)] if prep_registers is None else int(prep_registers)
     rr = REC_REGISTERS[(rec_v_split(g), rec_wgmma(g))] if rec_registers is None else int(rec_registers)
-    prep = {"registers": p * _cta_regs(THREADS, pr), "shared": p * _cta_smem(prep_smem_bytes(g)), "warps": p * THREADS // 32}
+    prep_warps, rec_warps = THREADS // 32, rec_threads(g) // 32
+    prep = {"registers": p * _cta_regs(THREADS, pr), "shared": p * _cta_smem(prep_smem_bytes(g)), "warps": p * prep_warps}
     rec = {"registers": _cta_regs(rec_threads(g), rr), "shared": _cta_smem(rec_smem_bytes(g) + REC_STATIC_SMEM),
-           "warps": rec_threads(g) // 32}
-    fits = min((SM_REGISTERS - prep["registers"]) // rec["registers"], (SM_SHARED_BYTES - prep["shared"]) // rec["shared"],
-               (64 - prep["warps"]) // rec["warps"])
+           "warps": rec_warps}
+    # a sub-partition: the prep CTAs' warps (8 a CTA: 2 on each), then kda_rec warps of _warp_regs(rr)
+    # each; a CTA of w >= 4 warps puts w / 4 on every sub-partition, one of 2 warps one on each of two
+    free = SMSP_REGISTERS - p * (prep_warps // SMSPS) * _warp_regs(pr)
+    rec_warp_slots = min(max(0, free) // _warp_regs(rr), SMSP_WARPS - p * prep_warps // SMSPS)
+    by_regs = rec_warp_slots // (rec_warps // SMSPS) if rec_warps >= SMSPS else rec_warp_slots * SMSPS // rec_warps
+    fits = min(by_regs, (SM_SHARED_BYTES - prep["shared"]) // rec["shared"])
     return {"prep_registers": prep["registers"], "prep_shared": prep["shared"], "rec_registers": rec["registers"],
-            "rec_shared": rec["shared"], "rec_ctas": max(0, fits)}
+            "rec_shared": rec["shared"], "smsp_free_registers": max(0, free), "rec_ctas": max(0, fits)}
 
 
 def defines(genome: Mapping[str, Any]) -> dict[str, str]:

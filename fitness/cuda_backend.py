@@ -17,8 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fitness.driver_launch import (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, PORTABLE_CLUSTER_CTAS,
-                                   DriverLauncher, cluster_problem)
+from fitness.driver_launch import (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                   CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, CU_SHAREDMEM_CARVEOUT_MAX_SHARED,
+                                   PORTABLE_CLUSTER_CTAS, DriverLauncher, cluster_problem)
 from fitness.family import ByValue, Launch
 
 STATIC_SMEM_LIMIT = 48 * 1024      # above this, dynamic shared memory must be opted in
@@ -240,6 +241,14 @@ class CupyBackend:
                 raise LaunchInvalid(problem)
             if wanted[0] * wanted[1] * wanted[2] > PORTABLE_CLUSTER_CTAS:
                 drv.funcSetAttribute(kernel.ptr, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+
+    def prefer_shared_carveout(self, kernel: Any) -> None:
+        """The most shared memory (the least L1) for `kernel`: asked for both kernels of a launch
+        that may overlap its predecessor (Launch.overlap), so the block scheduler can put the
+        second's CTAs on SMs still running the first's (an SM changes its L1/shared split only when
+        empty; left to itself the driver picks each kernel's split from its own needs)."""
+        self.cp.cuda.driver.funcSetAttribute(kernel.ptr, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                             CU_SHAREDMEM_CARVEOUT_MAX_SHARED)
 
     def launch(self, kernel: Any, launch: Launch, args: Sequence[Any]) -> None:
         """Through cupy, or through cuLaunchKernelEx when the launch asks for a cluster the kernel

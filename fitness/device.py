@@ -436,6 +436,14 @@ class DeviceRunner:
                     kernels[one.kernel] = kernel
                 self.backend.prepare_kernel(kernel, one)
                 steps.append((kernel, one))
+            side_by_side = getattr(self.backend, "prefer_shared_carveout", None)
+            for i, (kernel, one) in enumerate(steps):
+                if one.overlap and side_by_side is not None:
+                    # a kernel meant to run beside its predecessor asks the same L1/shared split:
+                    # an SM changes its split only when empty, so two kernels of different
+                    # carveouts would not share one
+                    side_by_side(steps[i - 1][0])
+                    side_by_side(kernel)
             ins, outs = family.io(case)
             scratch = dict(getattr(family, "workspace", lambda c: {})(case) or {})
             clash = sorted(set(scratch) & (set(ins) | set(outs)))

@@ -26,6 +26,8 @@ from fitness.family import ByValue, Launch
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4          # cuda.h CUlaunchAttributeID
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9   # cuda.h CUfunction_attribute
+CU_SHAREDMEM_CARVEOUT_MAX_SHARED = 100                   # cuda.h CUshared_carveout: the most shared memory
 PORTABLE_CLUSTER_CTAS = 8                          # sm_90: larger clusters need the attribute above
 MAX_CLUSTER_CTAS = 16                              # sm_90 with the non-portable opt-in
 POINTER_BYTES = 8

@@ -149,25 +149,34 @@ def test_by_value_arguments_reach_the_kernel(gpu, cluster):
     assert (int(got[36]) << 32 | int(got[35])) == 0x0123_4567_89AB_CDEF
 
 
+@pytest.mark.parametrize("stream", ["default", "created"])
 @pytest.mark.parametrize("overlap", [True, False])
-def test_an_overlapping_launch_starts_before_its_producer_ends(gpu, overlap):
-    """The consumer with Launch.overlap starts while the producer (one CTA, 200 us on the global
+def test_an_overlapping_launch_starts_before_its_producer_ends(gpu, overlap, stream):
+    """The consumer with Launch.overlap starts while the producer (one CTA, 2 ms on the global
     timer after griddepcontrol.launch_dependents) still runs and still reads its release-published
-    word; without overlap it starts after the producer's end."""
+    word; without overlap it starts after the producer's end. On the judge's stream (cupy's current
+    one: the legacy default stream) and on a created non-blocking stream, both kernels asking the
+    carveout of the most shared memory as the runner does for an overlapping pair."""
     backend, module = gpu
     cp = backend.cp
     flag, times, out = cp.zeros(2, dtype=cp.uint32), cp.zeros(3, dtype=cp.uint64), cp.zeros(1, dtype=cp.uint32)
-    prod = Launch("pdl_producer", (1, 1, 1), (32, 1, 1), ("flag", "times", np.uint32(200_000)))
+    spin = np.uint32(2_000_000)
+    prod = Launch("pdl_producer", (1, 1, 1), (32, 1, 1), ("flag", "times", spin))
     cons = Launch("pdl_consumer", (1, 1, 1), (32, 1, 1), ("flag", "times", "out"), overlap=overlap)
     kp, kc = backend.get_kernel(module, "pdl_producer"), backend.get_kernel(module, "pdl_consumer")
     backend.prepare_kernel(kp, prod)
     backend.prepare_kernel(kc, cons)
-    backend.launch(kp, prod, [flag, times, np.uint32(200_000)])
-    backend.launch(kc, cons, [flag, times, out])
-    backend.synchronize(10.0)
+    backend.prefer_shared_carveout(kp)
+    backend.prefer_shared_carveout(kc)
+    s = cp.cuda.Stream(non_blocking=True) if stream == "created" else cp.cuda.get_current_stream()
+    cp.cuda.Device().synchronize()                   # the zeros are written before either launch
+    with s:
+        backend.launch(kp, prod, [flag, times, spin])
+        backend.launch(kc, cons, [flag, times, out])
+        s.synchronize()
     t = times.get()
     assert int(out.get()[0]) == 42
-    assert int(t[1]) - int(t[0]) >= 200_000
+    assert int(t[1]) - int(t[0]) >= int(spin)
     if overlap:
         assert int(t[2]) < int(t[1]), f"the consumer started {int(t[2]) - int(t[1])} ns after the producer's end"
     else:

@@ -864,5 +864,10 @@ def test_only_a_later_launch_may_overlap_the_one_before_it():
     res = r.run(early)
     assert res.status is Status.INVALID and "launch 1 asks to overlap" in res.message, res.message
     later = replace(job, launches={case.id: (first, replace(second, overlap=True))})
+    carveouts = []
+    r.backend.prefer_shared_carveout = carveouts.append       # the pair asks the same L1/shared split
     res = r.run(later)
     assert res.status is Status.OK, res.message
+    assert carveouts[:2] == [r.backend.kernels["rstd"], r.backend.kernels["y"]]
+    carveouts.clear()
+    assert r.run(job).status is Status.OK and carveouts == []   # no overlap: the driver's own choice

@@ -144,6 +144,8 @@ unsigned int standin_num_attrs(void) { return g_cfg.numAttrs; }
 unsigned int standin_attr_id_at(int i) { return (unsigned)g_attrs[i].id; }
 int standin_pss_at(int i) { return g_attrs[i].value.programmaticStreamSerializationAllowed; }
 unsigned int standin_pss_id(void) { return (unsigned)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; }
+unsigned int standin_carveout(int i) { return i == 0 ? (unsigned)CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+                                                     : (unsigned)CU_SHAREDMEM_CARVEOUT_MAX_SHARED; }
 unsigned long standin_pss_offset(void) { return offsetof(CUlaunchAttributeValue, programmaticStreamSerializationAllowed); }
 unsigned int standin_dim(int i) { unsigned int d[7] = {g_cfg.gridDimX, g_cfg.gridDimY, g_cfg.gridDimZ, g_cfg.blockDimX,
                                                        g_cfg.blockDimY, g_cfg.blockDimZ, g_cfg.sharedMemBytes}; return d[i]; }
@@ -207,6 +209,8 @@ def test_an_overlapping_launch_reaches_the_driver_with_the_attribute_of_cuda_h(s
     path, lib = standin
     lib.standin_pss_offset.restype = ctypes.c_ulong
     assert lib.standin_pss_id() == dl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert (lib.standin_carveout(0), lib.standin_carveout(1)) == (dl.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                                                  dl.CU_SHAREDMEM_CARVEOUT_MAX_SHARED)
     assert lib.standin_pss_offset() == dl.CUlaunchAttributeValue.programmaticStreamSerializationAllowed.offset == 0
     lib.standin_sizes(0, (ctypes.c_int * 1)(0))
     launch = Launch("k", (8, 1, 1), (128, 1, 1), (), cluster=(2, 1, 1), overlap=True)

@@ -318,23 +318,9 @@ def test_pdl_genomes_compile_without_spills_within_the_budget_and_the_protocols_
 
 def _without_pdl(text: str) -> str:
     """template.cu with its `#if KDA_PREP_PDL` blocks dropped (their #else kept)."""
-    out, stack = [], []
-    for ln in text.splitlines(keepends=True):
-        t = ln.strip()
-        if t.startswith("#if"):
-            if t.startswith("#if KDA_PREP_PDL"):
-                stack.append(["p", False])
-                continue
-            stack.append(["o", True])
-        elif t.startswith("#else") and stack and stack[-1][0] == "p":
-            stack[-1][1] = all(k for _, k in stack[:-1])
-            continue
-        elif t.startswith("#endif") and stack:
-            if stack.pop()[0] == "p":
-                continue
-        if all(k for _, k in stack):
-            out.append(ln)
-    return "".join(out)
+    from tests.test_kda_template import without_blocks  # noqa: PLC0415
+
+    return without_blocks(text, "KDA_PREP_PDL")
 
 
 @pytest.mark.parametrize("name", ["split-bf16-v2-compact"])

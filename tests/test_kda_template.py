@@ -358,26 +358,30 @@ def test_wgmma_register_fragments_are_mma_syncs_per_warp():
     assert len({model.wgmma_fragment("D", t, v, 128) for t in range(128) for v in range(64)}) == 64 * 128
 
 
-def _without_wgmma(text: str) -> str:
-    """template.cu as if gene rec_mma did not exist: every `#if KDA_REC_WGMMA` block's first branch
-    dropped, its #else branch kept (other #if blocks untouched)."""
+def without_blocks(text: str, macro: str) -> str:
+    """template.cu as if a gene did not exist: every `#if MACRO` block's first branch dropped, its
+    #else branch kept (other #if blocks untouched). tests/test_kda_overlap.py uses it too."""
     out, stack = [], []
     for ln in text.splitlines(keepends=True):
         t = ln.strip()
         if t.startswith("#if"):
-            if t.startswith("#if KDA_REC_WGMMA"):
-                stack.append(["w", False])
+            if t.startswith(f"#if {macro}"):
+                stack.append(["g", False])
                 continue
             stack.append(["o", True])
-        elif t.startswith("#else") and stack and stack[-1][0] == "w":
+        elif t.startswith("#else") and stack and stack[-1][0] == "g":
             stack[-1][1] = all(k for _, k in stack[:-1])
             continue
         elif t.startswith("#endif") and stack:
-            if stack.pop()[0] == "w":
+            if stack.pop()[0] == "g":
                 continue
         if all(k for _, k in stack):
             out.append(ln)
     return "".join(out)
+
+
+def _without_wgmma(text: str) -> str:
+    return without_blocks(text, "KDA_REC_WGMMA")
 
 
 @pytest.mark.parametrize("name", ["split-bf16-v2-compact", "default"])

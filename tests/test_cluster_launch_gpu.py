@@ -65,6 +65,40 @@ extern "C" __global__ void pdl_producer(unsigned int* flag, unsigned long long* 
     }
 }
 
+// KDA v7's shape (kernels/kda/README.md "v7"): a persistent producer of prep's footprint (256
+// threads, 43 KB of dynamic shared memory, 3 CTAs an SM) that lets its dependents start at once,
+// and consumer CTAs of kda_rec's (128 threads, 57 KB): each CTA writes its SM and when it ran
+__device__ __forceinline__ unsigned int sm_id() {
+    unsigned int s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3) pdl_wide_producer(unsigned long long* spans, unsigned int spin_ns) {
+    extern __shared__ unsigned int smem[];
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const unsigned long long t0 = now_ns();
+    smem[threadIdx.x] = threadIdx.x;
+    unsigned long long t = t0;
+    while (t - t0 < spin_ns) t = now_ns();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        spans[3 * blockIdx.x] = sm_id() + smem[1] - 1;     // (smem read: the shared memory is used)
+        spans[3 * blockIdx.x + 1] = t0;
+        spans[3 * blockIdx.x + 2] = now_ns();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) pdl_wide_consumer(unsigned long long* spans) {
+    extern __shared__ unsigned int smem[];
+    smem[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        spans[3 * blockIdx.x] = sm_id() + smem[1] - 1;
+        spans[3 * blockIdx.x + 1] = now_ns();
+    }
+}
+
 extern "C" __global__ void pdl_consumer(unsigned int* flag, unsigned long long* times, unsigned int* out) {
     if (threadIdx.x == 0) {
         times[2] = now_ns();
@@ -181,3 +215,33 @@ def test_an_overlapping_launch_starts_before_its_producer_ends(gpu, overlap, str
         assert int(t[2]) < int(t[1]), f"the consumer started {int(t[2]) - int(t[1])} ns after the producer's end"
     else:
         assert int(t[2]) >= int(t[1])
+
+
+def test_consumers_of_kda_recs_footprint_run_beside_a_persistent_producer(gpu):
+    """The premise of KDA v7 with its kernels' footprints: 3 x 132 persistent producer CTAs (256
+    threads, 43,136 B of shared memory each) lasting 3 ms, then 132 consumer CTAs (128 threads,
+    57,984 B) launched with overlap: most consumers start while the producers still run, on SMs
+    that hold producers (the shared memory left beside 3 of them fits one). Both kernels ask the
+    carveout of the most shared memory, as the runner does for an overlapping pair."""
+    backend, module = gpu
+    cp = backend.cp
+    sms = backend.sm_count
+    prod_n, cons_n = 3 * sms, sms
+    spin = np.uint32(3_000_000)
+    prod_spans, cons_spans = cp.zeros(3 * prod_n, dtype=cp.uint64), cp.zeros(3 * cons_n, dtype=cp.uint64)
+    prod = Launch("pdl_wide_producer", (prod_n, 1, 1), (256, 1, 1), ("p", spin), shared_bytes=42112)
+    cons = Launch("pdl_wide_consumer", (cons_n, 1, 1), (128, 1, 1), ("c",), shared_bytes=56960, overlap=True)
+    kp, kc = backend.get_kernel(module, "pdl_wide_producer"), backend.get_kernel(module, "pdl_wide_consumer")
+    for k, launch in ((kp, prod), (kc, cons)):
+        backend.prepare_kernel(k, launch)
+        backend.prefer_shared_carveout(k)
+    cp.cuda.Device().synchronize()
+    backend.launch(kp, prod, [prod_spans, spin])
+    backend.launch(kc, cons, [cons_spans])
+    backend.synchronize(10.0)
+    p, c = prod_spans.get().reshape(prod_n, 3), cons_spans.get().reshape(cons_n, 3)
+    prod_end = int(p[:, 2].max())
+    early = c[c[:, 1].astype(np.int64) < prod_end]
+    beside = {int(x) for x in early[:, 0]} & {int(x) for x in p[:, 0]}
+    assert len(early) >= cons_n // 2, f"{len(early)} of {cons_n} consumer CTAs started before the producers ended"
+    assert len(beside) >= len(early) // 2, "the early consumers did not share SMs with the producers"

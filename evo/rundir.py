@@ -19,6 +19,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from evo.config import Config, ConfigError, from_dict
 from evo.store import sqlite_url
@@ -100,13 +101,14 @@ def adopt_run_dir(source: str, runs_dir: str | Path = "runs") -> Path:
     return path
 
 
-def restore_store(dump: str | Path, store_url: str) -> tuple[str, float]:
-    """The run of an `evo dump` file, its records in their order, into a fresh store:
-    (run id, seconds it had run). The run comes back interrupted, so `evo resume` goes on."""
+def restore_store(dump: Any, store_url: str) -> tuple[str, float]:
+    """The run of an `evo dump` file (or its frames, evo.analysis.load_run's, already read), its
+    records in their order, into a fresh store: (run id, seconds it had run). The run comes back
+    interrupted, so `evo resume` goes on."""
     from evo.analysis import load_run
     from evo.store import Record, RunInfo, open_store
 
-    frames = load_run(dump)
+    frames = load_run(dump) if isinstance(dump, (str, Path)) else dump
     run = frames.run
     with open_store(store_url) as store:
         store.create_run(RunInfo(run["run_id"], run.get("name") or run["run_id"], run["family"], int(run["seed"]),
@@ -153,7 +155,7 @@ def restore_run_dir(dump: str | Path, runs_dir: str | Path = "runs", config_dir:
                                f"pass --config-dir, the folder of the config the run was started from)"], str(dump))
     path.mkdir(parents=True, exist_ok=True)
     store_url = sqlite_url(path / "store.sqlite")
-    restore_store(dump, store_url)
+    restore_store(frames, store_url)
     meta = {"run_id": run_id, "store_url": store_url, "config": config, "config_source": str(source),
             "created_at": time.time(), "restored_from": str(Path(dump).resolve())}
     meta_path.write_text(json.dumps(meta, indent=2))

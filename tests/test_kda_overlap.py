@@ -328,19 +328,13 @@ def test_other_genomes_sass_is_untouched_by_the_pdl_code(tmp_path, name):
     """prep_overlap = none compiles to the same SASS, byte for byte, as the template with the pdl blocks
     cut out (against the template before v7: split-bf16-v2-compact, -compact, -v2-lean, split,
     default, split-bf16-compact-wgmma identical, checked once by hand)."""
-    from fitness.compile import Compiler
+    from tests.test_kda_template import assert_same_sass  # noqa: PLC0415
 
     g = NAMED[name]
     text = fam.TEMPLATE.read_text()
     cut = _without_pdl(text)
     assert "griddepcontrol" not in cut and "kda_wait_ready" not in cut and len(cut) < len(text)
-    src = FAMILY.render(g)
-    a = Compiler(tmp_path / "a").compile(src, FAMILY.compile_flags(g))
-    b = Compiler(tmp_path / "b").compile(src.replace(text, cut), FAMILY.compile_flags(g))
-    assert a.ok and b.ok, (a.log[-2000:], b.log[-2000:])
-    if not a.sass:
-        pytest.skip("no cuobjdump: " + a.log[-300:])
-    assert a.sass == b.sass
+    assert_same_sass(tmp_path, g, text, cut)
 
 
 # -- on the device (`pytest -m gpu tests/test_kda_overlap.py`; not run on the CPU) -----------------------

@@ -380,6 +380,20 @@ def without_blocks(text: str, macro: str) -> str:
     return "".join(out)
 
 
+def assert_same_sass(tmp_path, genome, text: str, cut: str) -> None:
+    """`genome` rendered from the template `text` and from `cut` compiles to the same SASS, byte for
+    byte (skipped without cuobjdump). tests/test_kda_overlap.py uses it too."""
+    from fitness.compile import Compiler  # noqa: PLC0415
+
+    src = FAMILY.render(genome)
+    a = Compiler(tmp_path / "a").compile(src, FAMILY.compile_flags(genome))
+    b = Compiler(tmp_path / "b").compile(src.replace(text, cut), FAMILY.compile_flags(genome))
+    assert a.ok and b.ok, (a.log[-2000:], b.log[-2000:])
+    if not a.sass:
+        pytest.skip("no cuobjdump: " + a.log[-300:])
+    assert a.sass == b.sass
+
+
 def _without_wgmma(text: str) -> str:
     return without_blocks(text, "KDA_REC_WGMMA")
 
@@ -389,19 +403,11 @@ def test_mma_sync_sass_is_untouched_by_the_wgmma_code(tmp_path, name):
     """rec_mma = mma_sync (every v1-v5 genome) compiles to the same SASS, byte for byte, as the
     template with the wgmma blocks cut out: the gene's code reaches no other genome (recorded
     results keep their kernels)."""
-    from fitness.compile import Compiler
-
     g = NAMED[name]
     text = fam.TEMPLATE.read_text()
     cut = _without_wgmma(text)
     assert "wgmma" not in cut.replace("KDA_REC_WGMMA)", "") and len(cut) < len(text)
-    src = FAMILY.render(g)
-    a = Compiler(tmp_path / "a").compile(src, FAMILY.compile_flags(g))
-    b = Compiler(tmp_path / "b").compile(src.replace(text, cut), FAMILY.compile_flags(g))
-    assert a.ok and b.ok, (a.log[-2000:], b.log[-2000:])
-    if not a.sass:
-        pytest.skip("no cuobjdump: " + a.log[-300:])
-    assert a.sass == b.sass
+    assert_same_sass(tmp_path, g, text, cut)
 
 
 @pytest.mark.parametrize("name", ["split-bf16-compact-wgmma", "split-bf16-v2-compact-wgmma"])

@@ -481,6 +481,19 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
     __syncthreads();                                                         // S7
 }
 
+// S^T <- diag(e^(G_C)) S^T: each thread's 16 column pairs of the state scaled by the chunk's decay
+// (both P8 paths of kda_rec: their accumulators share one layout)
+__device__ __forceinline__ void kda_decay_state(float (&S)[16][4], const float* decay, int kc) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const float d0 = decay[8 * j + kc], d1 = decay[8 * j + kc + 1];
+        S[j][0] *= d0;
+        S[j][1] *= d1;
+        S[j][2] *= d0;
+        S[j][3] *= d1;
+    }
+}
+
 // P8: warp `warp`'s rows of U^T, o^T (staged in `ot`) and the state S^T, from the chunk's v tile `vt`
 // and `sm`'s T, w, qd, Aqk, kr, decay (no barrier inside).
 // `warp` and `vr` count within the tiles vt and ot (VROW elements a row: the fused kernel's whole V,
@@ -548,14 +561,7 @@ __device__ __forceinline__ void kda_chunk_state(const bf16_bits (*vt)[VROW], con
         }
     }
     // S^T <- e^(G_C) S^T + U^T kr   (B = kr [c][k]: ldmatrix.trans)
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        const float d0 = sm.decay[8 * j + kc], d1 = sm.decay[8 * j + kc + 1];
-        S[j][0] *= d0;
-        S[j][1] *= d1;
-        S[j][2] *= d0;
-        S[j][3] *= d1;
-    }
+    kda_decay_state(S, sm.decay, kc);
 #pragma unroll
     for (int jj = 0; jj < 8; ++jj) {
         uint32_t b[4];
@@ -837,14 +843,7 @@ __device__ __forceinline__ void kda_rec_state_wgmma(const KdaRecStage& st, bf16_
         }
 #pragma unroll
     for (int r = 0; r < 4; ++r) uh[r] = pack_bf16(U[r >> 1][2 * (r & 1)], U[r >> 1][2 * (r & 1) + 1]);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        const float d0 = st.decay[8 * j + kc], d1 = st.decay[8 * j + kc + 1];
-        S[j][0] *= d0;
-        S[j][1] *= d1;
-        S[j][2] *= d0;
-        S[j][3] *= d1;
-    }
+    kda_decay_state(S, st.decay, kc);
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll

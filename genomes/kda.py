@@ -2,7 +2,8 @@
 v2 adds the order in which the CTAs take the sequences, v3 the split into a chunk-parallel kernel
 and the recurrence, v4 the recurrence's split over V (CTAs per head and sequence), v5 a leaner
 chunk-parallel kernel (occupancy and its chain of global loads), v6 the recurrence's products on
-wgmma, v7 the two kernels of the split pair overlapped (programmatic dependent launch).
+wgmma, v7 the two kernels of the split pair overlapped (programmatic dependent launch), v8 a
+chunk-parallel kernel at 6 CTAs per SM (`prep = tight`).
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -163,9 +164,28 @@ V7_CONSTRAINTS = V6_CONSTRAINTS + (
 )
 SPACE_V7 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V6.genes + (PREP_OVERLAP, PREP_CTAS_PER_SM),
                      constraints=V7_CONSTRAINTS)
+#: v8 (session 15, kernels/kda/README.md "v8: the tight prep"): v7's table says kda_prep's item
+#: time per SM scales about as 5 / p with its CTAs per SM p (the persistent prep at 3 and 2 per SM
+#: made every scenario's total 1.6-2.2x kda_prep's time at 5: a prep CTA's life is latency, barely
+#: longer with more CTAs beside it), so more CTAs per SM are the lever. `tight` is compact with the
+#: fp32 G written over the raw g (one more barrier in P2) and kr in its own tile, dt_bias read into
+#: registers instead of shared memory: 37,648 B for compact's 42,000, 6 CTAs per SM if ptxas fits
+#: it in 40 registers (__launch_bounds__(256, 6)). Same operations, same order: outputs equal
+#: compact's bit for bit. Not with pdl (its budget is compact's).
+PREP_V8 = Choice("prep", options=("v3", "lean", "compact", "tight"), group="structure", legacy="v3",
+                 doc=PREP.doc + " | tight: compact with G over g, kr in its own tile, dt_bias in registers "
+                     "(6 CTAs per SM at 40 registers); v8")
+V8_CONSTRAINTS = V7_CONSTRAINTS + (
+    implies("tight_prep_needs_one_tile_operands", ("prep", "split_w", "split_intra"), lambda v: v["prep"] == "tight",
+            lambda v: not v["split_w"] and not v["split_intra"], "the tight kda_prep overlays one tile each of qd, "
+            "kd and G on the q, k, g stage; split w or intra-chunk operands are two"),
+)
+SPACE_V8 = GeneSpace(name="kda", doc=__doc__ or "",
+                     genes=tuple(PREP_V8 if gene.name == "prep" else gene for gene in SPACE_V7.genes),
+                     constraints=V8_CONSTRAINTS)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
-          "v7": SPACE_V7}
-SPACE = SPACE_V7
+          "v7": SPACE_V7, "v8": SPACE_V8}
+SPACE = SPACE_V8
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
@@ -216,8 +236,21 @@ NAMED = {
     "split-bf16-v2-compact-pdl2": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
                                                   kernels="split", rec_v_split=2, prep="compact", prep_overlap="pdl",
                                                   prep_ctas_per_sm=2)),
+    # the search's best of session 15 (aac6ba5a, results/kda_fwd_h200_run.json.gz): v2-compact with
+    # the longest sequence first (mixed/H96 0.979 ms, mixed/H64 0.664: 1.43x and 1.52x FlashKDA)
+    "split-bf16-v2-compact-longest": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                     kernels="split", rec_v_split=2, prep="compact",
+                                                     order="longest_first")),
+    # v8: the tight kda_prep (6 CTAs per SM) under v5's pairs (outputs equal the compact twin's)
+    "split-bf16-tight": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False, kernels="split",
+                                        prep="tight")),
+    "split-bf16-v2-tight": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                           kernels="split", rec_v_split=2, prep="tight")),
+    "split-bf16-v2-tight-longest": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                   kernels="split", rec_v_split=2, prep="tight",
+                                                   order="longest_first")),
 }
 
 __all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PDL_MAX_PREP_CTAS", "PREP", "PREP_CTAS_PER_SM", "PREP_OVERLAP",
            "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5",
-           "SPACE_V6", "SPACE_V7"]
+           "SPACE_V6", "SPACE_V7", "SPACE_V8"]

@@ -219,15 +219,17 @@ def test_lean_prep_passes_the_judge_on_check_and_smoke_cases(tmp_path, cp):
     """v5's prep = lean (w in kp/km's shared memory, every global read issued before the one wait,
     the slot's sequence by kda_slot_owner's parallel pass) through the whole judge: CHECK (40
     sequences, empty and one-token ones, gap slots: the pass and the early return) and BENCH on the
-    smoke matrix; at 4 CTAs per SM (split-bf16-v2-lean), at 3 (DEFAULT's precision, all split) and
-    compact's 5 (qd, kd, kr over the raw q, k, g)."""
+    smoke matrix; at 4 CTAs per SM (split-bf16-v2-lean), at 3 (DEFAULT's precision, all split),
+    compact's 5 (qd, kd, kr over the raw q, k, g) and tight's 6 (v8: G over g, dt_bias in registers)."""
     from genomes.kda import NAMED, SPACE
 
-    genomes = [NAMED["split-bf16-v2-lean"], SPACE.make(dict(NAMED["split"], prep="lean")), NAMED["split-bf16-compact"]]
+    genomes = [NAMED["split-bf16-v2-lean"], SPACE.make(dict(NAMED["split"], prep="lean")), NAMED["split-bf16-compact"],
+               NAMED["split-bf16-v2-tight"]]
     _assert_all_ok(genomes, _judge(genomes, "smoke", tmp_path, baselines=("flashkda",)))
 
 
-@pytest.mark.parametrize("precision,prep", [("split-bf16", "lean"), ("split", "lean"), ("split-bf16", "compact")])
+@pytest.mark.parametrize("precision,prep", [("split-bf16", "lean"), ("split", "lean"), ("split-bf16", "compact"),
+                                            ("split-bf16", "tight"), ("split-bf16-v2", "tight")])
 def test_lean_prep_equals_v3_prep(tmp_path, cp, precision, prep):
     """The lean kda_prep runs v3's operations on the same tiles (tests/test_kda_template.py: the same
     FP and HMMA instructions; compact too), only its loads and shared-memory places differ: o and the final state

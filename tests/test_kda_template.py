@@ -22,7 +22,7 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 def test_space_is_registered_and_default_is_in_it():
     from genomes.kda import SPACE_V1, SPACE_V2, SPACE_V3, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
+    assert load_space("kda") is SPACE and SPACE.size() == 9216 and SPACES["v7"].size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
     assert SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
     assert SPACE_V3.names == SPACE.names[:-5] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
     assert DEFAULT.key == SPACE_V3.make({k: DEFAULT[k] for k in SPACE_V3.names}).key
@@ -104,8 +104,9 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     # its 24 with one-tile operands (split_w, split_intra off) with prep = compact (v5); the 12 all-bf16
     # split genomes at rec_v_split 1 or 2 (2 orders x 3 preps) again with rec_mma = wgmma (v6); v7's
     # prep_overlap = pdl on the compact, one-tile, index-order genomes at every prep_ctas_per_sm that
-    # leaves each SM sub-partition room for a kda_rec warp (tests/test_kda_overlap.py)
-    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12 + 8
+    # leaves each SM sub-partition room for a kda_rec warp (tests/test_kda_overlap.py); v8's prep =
+    # tight on compact's 24 and on the 4 compact wgmma genomes (not with pdl)
+    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12 + 8 + 24 + 4
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])
@@ -207,7 +208,8 @@ def _prep_sass(genome, tmp_path):
     return res, [ln.split("*/", 1)[1].split(";")[0].strip() for ln in text.splitlines() if ln.strip().startswith("/*") and ";" in ln]
 
 
-@pytest.mark.parametrize("name,prep", [("split-bf16", "lean"), ("split", "lean"), ("split-bf16", "compact")])
+@pytest.mark.parametrize("name,prep", [("split-bf16", "lean"), ("split", "lean"), ("split-bf16", "compact"),
+                                       ("split-bf16", "tight")])
 def test_lean_prep_has_v3s_arithmetic_and_waits_for_every_global_read_at_once(tmp_path, name, prep):
     """The lean kda_prep's SASS: the same floating-point and tensor-core instructions as v3's (the
     same operations: the outputs should be bit for bit v3's, tests/test_kda_gpu.py checks), fewer
@@ -239,7 +241,7 @@ def test_wgmma_gene_keeps_v5_keys_and_needs_split_whole_warpgroups_and_one_tile_
     from genomes.kda import SPACE_V5
 
     for name, g in NAMED.items():
-        if g["rec_mma"] == "mma_sync" and g["prep_overlap"] == "none":
+        if g["rec_mma"] == "mma_sync" and g["prep_overlap"] == "none" and g["prep"] != "tight":
             assert g.key == SPACE_V5.make({k: g[k] for k in SPACE_V5.names}).key, name
             assert "#define KDA_REC_WGMMA 0\n" in FAMILY.render(g)
     for name in ("split-bf16-compact-wgmma", "split-bf16-v2-compact-wgmma"):
@@ -259,7 +261,7 @@ def test_wgmma_gene_keeps_v5_keys_and_needs_split_whole_warpgroups_and_one_tile_
     assert not SPACE.is_valid(dict(base, kernels="fused", prep="v3")) and not SPACE.is_valid(dict(base, rec_v_split=4))
     for flag in ("split_s", "split_u", "split_w", "split_intra"):
         assert not SPACE.is_valid(dict(base, prep="v3", **{flag: True})), flag
-    assert sum(1 for g in SPACE.enumerate() if g["rec_mma"] == "wgmma" and g["prep_overlap"] == "none") == 12
+    assert sum(1 for g in SPACE.enumerate() if g["rec_mma"] == "wgmma" and g["prep_overlap"] == "none") == 12 + 4  # + v8's tight
 
 
 def _host_gmma():

@@ -4,7 +4,11 @@
 # after every scenario (copy them to results/kda_fwd_h200.*), then Triton's cache saved for the
 # next call (fla_triton.tgz[.partN]: copy into .peers/ and carry).
 #   carry: .whl .peers/flashkda_ext.tgz .peers/flashkda_ext.commit [.peers/fla_triton.tgz or its parts]
-#   GENOMES (v7's split-bf16-v2-compact-pdl3, -v4-compact-pdl3, -v2-compact-pdl2: kda_rec overlapped
+#   GENOMES (session 16's default: v8's tight kda_prep, 6 CTAs per SM: split-bf16-v2-tight, -tight,
+#   -v2-tight-longest, README "v8", predicted 1.30-1.37x FlashKDA on uniform and fixed/H96; the
+#   search's longest-first split-bf16-v2-compact-longest (session 15: mixed 1.43x / 1.52x); v5's
+#   v2-compact and compact, the baseline; v7's v2-compact-pdl3, the best on fixed/mixed H64.
+#   Session 15's default was v7's split-bf16-v2-compact-pdl3, -v4-compact-pdl3, -v2-compact-pdl2: kda_rec overlapped
 #   with a persistent kda_prep at 3 / 3 / 2 CTAs per SM, README "v7: prep and rec overlapped", its
 #   PREDICTION: pdl3 best on uniform/H96 and H64, pdl2 on fixed/H96 and mixed/H96, v4-pdl3 slower,
 #   the residency test; compiled and CPU-tested, never run before this table: CHECK against float64
@@ -14,8 +18,9 @@
 #   (1.20-1.60x FlashKDA), the baseline of the overlap; v6's wgmma genomes dropped: slower than
 #   mma.sync on the H200, e.g. fixed/H64 0.847 vs 0.745 ms; 5 genomes: ~75 s of table (estimate,
 #   session 13's ~15 s a genome), well inside TABLE_S and BUDGET_S),
-#   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-v2 and its lean and compact preps, each launch
-#   timed apart: the fitted split of the time, measured), PROBE_S (90: after the table),
+#   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-v2-compact, -v2-tight, -v2-compact-pdl3, -pdl2, each
+#   launch timed apart: kda_prep alone at 5, 6, 3 and 2 CTAs per SM), PROBE_S (90: after the table; 0:
+#   no probe),
 #   BUDGET_S (300: no scenario starts later), TABLE_S (380: the table's hard limit; what it finished is
 #   on disk; with PROBE_S and the peers' restore the call stays under a 600 s command), CASES (e.g. H96),
 #   REPS (50)
@@ -28,7 +33,7 @@ set -o pipefail
 . experiments/device/device_lib.sh
 device_start >/dev/null || exit 1
 . experiments/device/kda_peers_build.sh > "$OUT/kda_peers.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_peers.log"
-GENOMES="${GENOMES:-split-bf16-v2-compact-pdl3,split-bf16-v4-compact-pdl3,split-bf16-v2-compact-pdl2,split-bf16-v2-compact,split-bf16-compact}"
+GENOMES="${GENOMES:-split-bf16-v2-tight,split-bf16-tight,split-bf16-v2-tight-longest,split-bf16-v2-compact-longest,split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-compact-pdl3}"
 if ! grep -q "as_launches" experiments/device/kda_fwd_table.py; then
     echo "kda_fwd_table.py launches one kernel per genome: split genomes left out of $GENOMES"
     GENOMES=$(echo "$GENOMES" | tr ',' '\n' | grep -v '^split' | paste -sd, -); GENOMES="default,${GENOMES}"
@@ -39,7 +44,9 @@ timeout -s INT "${TABLE_S:-380}" python3 experiments/device/kda_fwd_table.py --o
 echo "table rc=$?"
 grep -E '^\{"case"|^   |compiled|Error' "$OUT/kda_fwd.log" | cut -c1-260
 [ -f "$OUT/kda_fwd_h200.md" ] && head -16 "$OUT/kda_fwd_h200.md"
-timeout -s INT "${PROBE_S:-90}" python3 experiments/device/kda_prep_probe.py --out "$OUT/kda_prep_probe.json" \
-    ${PROBE_GENOMES:+--genomes "$PROBE_GENOMES"} ${CASES:+--cases "$CASES"} > "$OUT/kda_prep_probe.log" 2>&1
-echo "probe rc=$?"; grep -E '^\{"case"|Error' "$OUT/kda_prep_probe.log" | cut -c1-260
+if [ "${PROBE_S:-90}" != 0 ]; then      # (timeout 0 would mean no limit)
+    timeout -s INT "${PROBE_S:-90}" python3 experiments/device/kda_prep_probe.py --out "$OUT/kda_prep_probe.json" \
+        ${PROBE_GENOMES:+--genomes "$PROBE_GENOMES"} ${CASES:+--cases "$CASES"} > "$OUT/kda_prep_probe.log" 2>&1
+    echo "probe rc=$?"; grep -E '^\{"case"|Error' "$OUT/kda_prep_probe.log" | cut -c1-260
+fi
 kda_triton_save

@@ -36,7 +36,10 @@ from genomes.kda import NAMED  # noqa: E402
 model = import_sibling(str(ROOT / "kernels" / "kda" / "family.py"), "kernel_model")
 fam = import_sibling(str(ROOT / "kernels" / "kda" / "family.py"), "family")
 
-DEFAULT_GENOMES = "split-bf16-v2,split-bf16-v2-lean,split-bf16-v2-compact"
+#: session 16's: compact against v8's tight (6 CTAs per SM) and v7's persistent prep at 3 and 2 per SM
+#: (each launch timed apart: the overlap cannot happen, so kda_prep's time at p CTAs per SM, the
+#: number v8's premise rests on: ~5 / p of compact's if a prep CTA's life is latency)
+DEFAULT_GENOMES = "split-bf16-v2-compact,split-bf16-v2-tight,split-bf16-v2-compact-pdl3,split-bf16-v2-compact-pdl2"
 
 
 def compile_cubin(family: Any, genome: Any, cache_dir: Path) -> bytes:

@@ -26,7 +26,8 @@ h s + slice (the slices of one head adjacent, so they read its records about tog
 CTAs per SM for the all-bf16 tiles, `prep_min_blocks`), beta loaded beside q, k, g and the
 slot's sequence in one parallel pass over cu_seqlens, P2 and P4 two channels a thread (bf16
 pairs); `compact` also writes qd, kd, kr over the raw q, k, g (all-bf16 tiles only: 5 CTAs per
-SM); same grid, block and arithmetic.
+SM); `tight` (v8) writes G over g instead of kr and reads dt_bias into registers (37,648 B, 6 CTAs
+per SM at ptxas's 40 registers); same grid, block and arithmetic.
 
 `rec_mma = wgmma` (v6: split, rec_v_split 1 or 2, all-bf16 only): kda_rec's P8 products on wgmma
 (template.cu's kda_rec_state_wgmma), its record tiles placed for shared-memory descriptors
@@ -85,11 +86,11 @@ def smem_bytes(genome: Mapping[str, Any]) -> int:
             + 2 * ni * _CHUNK * _ROW16 * 2 + 2 * _D * 4 + 3 * _CHUNK * 4)
 
 
-PREP_MODES = {"v3": 0, "lean": 1, "compact": 2}        # template.cu's KDA_PREP_LEAN
+PREP_MODES = {"v3": 0, "lean": 1, "compact": 2, "tight": 3}        # template.cu's KDA_PREP_LEAN
 
 
 def prep_mode(genome: Mapping[str, Any]) -> int:
-    """Gene prep (v5; v3 before it) as template.cu's KDA_PREP_LEAN: 0 v3, 1 lean, 2 compact."""
+    """Gene prep (v5; v3 before it) as template.cu's KDA_PREP_LEAN: 0 v3, 1 lean, 2 compact, 3 tight (v8)."""
     return PREP_MODES[dict(genome).get("prep", "v3")]
 
 
@@ -102,16 +103,19 @@ def prep_smem_bytes(genome: Mapping[str, Any]) -> int:
     """Bytes of template.cu's KdaPrepSmem (kda_prep): KdaSmem less the second stage, v and o; the
     lean prep (v5) also less w's NW tiles, which share kp/km's 2 NI (never fewer), plus the 16
     bytes where its parallel pass leaves the slot's sequence; the compact one (NW = 1) also less qd,
-    kd and kr, which share the raw q, k and g's stage."""
+    kd and kr, which share the raw q, k and g's stage; the tight one (v8) is compact with G over g
+    instead of kr (kr back in its own tile) and no shared dt_bias."""
     nw, _ = _tiles(genome)
     mode = prep_mode(genome)
-    return (smem_bytes(genome) - _STAGE - _TILE - _TILE - ((nw * _TILE - 16) if mode else 0)
-            - (3 * _TILE if mode == 2 else 0))
+    compact = (smem_bytes(genome) - _STAGE - _TILE - _TILE - ((nw * _TILE - 16) if mode else 0)
+               - (3 * _TILE if mode >= 2 else 0))
+    return compact - _CHUNK * _D * 4 + _TILE - _D * 4 if mode == 3 else compact
 
 
 #: the most kda_prep CTAs per SM asked of the registers: lean 4 (64 a thread; v3's prep compiles to
-#: 50), compact 5 (48); the H200's shared memory per SM and what the runtime reserves per CTA
-PREP_MAX_BLOCKS, SM_SHARED_BYTES, SM_CTA_RESERVED_BYTES = {1: 4, 2: 5}, 233472, 1024
+#: 50), compact 5 (48), tight 6 (40: __launch_bounds__' cap at 6 x 256 threads); the H200's shared
+#: memory per SM and what the runtime reserves per CTA
+PREP_MAX_BLOCKS, SM_SHARED_BYTES, SM_CTA_RESERVED_BYTES = {1: 4, 2: 5, 3: 6}, 233472, 1024
 
 
 def prep_min_blocks(genome: Mapping[str, Any]) -> int:
@@ -199,7 +203,7 @@ def flags_offset_words(T: int, N: int, H: int) -> int:
 #: the pdl kda_rec (its flag waits cost 0-8 over v6's 140 / 156 / 159) by (rec_v_split, wgmma):
 #: mma_sync 145 (150 with split state and U) at s = 1, 159 (147) at 2, 164 (147) at 4; wgmma 150.
 #: tests/test_kda_overlap.py compiles the named pdl genomes and checks their figures against these.
-PREP_REGISTERS = {0: 56, 1: 56, 2: 48}
+PREP_REGISTERS = {0: 56, 1: 56, 2: 48, 3: 40}
 REC_REGISTERS = {(1, False): 152, (2, False): 160, (4, False): 168, (1, True): 152, (2, True): 152}
 #: static shared memory of kda_rec (kda_sequence_of's slot) and the allocation unit of shared memory
 REC_STATIC_SMEM, SMEM_UNIT, SM_REGISTERS, REGISTER_UNIT = 16, 128, 65536, 256

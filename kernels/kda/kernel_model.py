@@ -218,7 +218,13 @@ SESSION13_MS = {
 #: per SM; estimates) floors it. lean: 4 per SM, life-bound 0.75 x (0.80-0.87) = 0.60-0.65, with
 #: the issue contention that more CTAs bring: 0.60-0.78; compact: 5 per SM, life-bound 0.48-0.52,
 #: issue floor 0.43: 0.48-0.68.
-PREP_SCALE_PREDICTED = {"v3": (1.0, 1.0, 1.0), "lean": (0.60, 0.68, 0.78), "compact": (0.48, 0.56, 0.68)}
+#: tight (v8, session 15, before any device run): compact's measured scale, 0.66-0.67 of v3's
+#: (kda_prep_probe, sessions 14 and 15: 0.574-0.576 / 0.859-0.889 ms at H96), times its CTA's life
+#: at 6 per SM over 5: latency-bound (v7's persistent prep at 3 and 2 per SM, totals 1.6-2.2x
+#: compact's prep: the life about constant) 5 / 6 = 0.83, the L(p) model's 0.94 at the other end
+#: (README "v8"); central 0.88 (P2's extra barrier, ~1 % of the life, counted there): 0.56-0.63.
+PREP_SCALE_PREDICTED = {"v3": (1.0, 1.0, 1.0), "lean": (0.60, 0.68, 0.78), "compact": (0.48, 0.56, 0.68),
+                        "tight": (0.56, 0.59, 0.63)}
 
 
 def split_fit_terms(lens, H: int, split_v: int = 1, order: str = "index") -> tuple[float, float, float, float]:

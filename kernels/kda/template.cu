@@ -42,8 +42,11 @@
 // dt_bias, A_log) is issued before any is waited for; the slot's sequence comes from one parallel
 // pass over cu_seqlens (kda_slot_owner) instead of log2 N dependent reads; the gate (P2) and the
 // decayed operands (P4) two channels a thread (kda_chunk_prep<.., LEAN>). Or compact (2, one tile
-// each of qd, kp, km): lean, and qd, kd, kr written over the raw q, k, g: 5 CTAs per SM. Same
-// arithmetic in all three.
+// each of qd, kp, km): lean, and qd, kd, kr written over the raw q, k, g: 5 CTAs per SM. Or tight
+// (3, v8): compact with G (fp32) written over the raw g instead of kr (a barrier between P2's
+// reads of g and its writes of G: the raw gate's bf16 and G's fp32 elements sit at different
+// offsets), kr in its own tile and dt_bias read from global into registers (no shared copy):
+// 37,648 B, 6 CTAs per SM at 40 registers. Same arithmetic in all four.
 //
 // Order (KDA_ORDER_LONGEST, 0 or 1): which sequence the CTAs of grid row blockIdx.y run. 0: the
 // blockIdx.y-th; 1: the blockIdx.y-th longest (ties: the lower index first), so the longest
@@ -289,11 +292,16 @@ __device__ __forceinline__ int kda_sequence_of(const int* __restrict__ cu_seqlen
 // (loaded with the chunk's inputs) instead of reading it here, and the gate (P2) and the decayed
 // operands (P4) go two adjacent channels a thread (64-bit G, 32-bit bf16 pairs: cvt.rn.bf16x2,
 // half the conversions, loads and stores): the same operations on every element.
-template <class Stage, class Sm, bool LEAN = false>
+// TIGHT (the tight kda_prep, v8; LEAN too): sm.G is st.g's memory, so P2 computes its four pairs
+// of G into registers, waits for every thread (the raw bf16 gate of another thread's channels may
+// sit where this thread's G goes), then stores them; the gate's dt_bias pair comes in `dtb2`
+// (this thread's channels 2 (tid % 64), + 1) instead of from shared memory.
+template <class Stage, class Sm, bool LEAN = false, bool TIGHT = false>
 __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf16_bits* __restrict__ beta,
                                                int tid, int lane, int warp, int valid, int t0, int h, int H,
                                                bool gate_in_kernel, bool beta_logit, bool l2norm, float eA,
-                                               float lb2, float scale, float beta_pre = 0.0f) {
+                                               float lb2, float scale, float beta_pre = 0.0f,
+                                               float2 dtb2 = make_float2(0.0f, 0.0f)) {
     // P2: row norms of q and k, the gate (log2 units), beta
     {
         const int r0 = 2 * warp;
@@ -318,7 +326,34 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
             }
         }
     }
-    if (LEAN) {
+    if constexpr (TIGHT) {
+        constexpr int PAIRS = KDA_CHUNK * KDA_D / (2 * KDA_THREADS);
+        static_assert((2 * KDA_THREADS) % KDA_D == 0, "a thread's pairs are the same two channels in every row");
+        float2 xs[PAIRS];
+#pragma unroll
+        for (int i = 0; i < PAIRS; ++i) {
+            const int e = 2 * (tid + i * KDA_THREADS), r = e / KDA_D, col = e % KDA_D;   // col = 2 (tid % 64)
+            float2 x = make_float2(0.0f, 0.0f);
+            if (r < valid) {
+                if (gate_in_kernel) {
+                    const uint32_t raw = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const bf16_bits*>(&st.g[r][0]) + col);
+                    x.x = lb2 * sigmoid(eA * (from_bf16((bf16_bits)(raw & 0xffffu)) + dtb2.x));
+                    x.y = lb2 * sigmoid(eA * (from_bf16((bf16_bits)(raw >> 16)) + dtb2.y));
+                } else {
+                    const float2 gg = *reinterpret_cast<const float2*>(&st.g[r][col]);
+                    x.x = gg.x * KDA_LOG2E;
+                    x.y = gg.y * KDA_LOG2E;
+                }
+            }
+            xs[i] = x;
+        }
+        __syncthreads();                                                     // S2a: every raw g read
+#pragma unroll
+        for (int i = 0; i < PAIRS; ++i) {
+            const int e = 2 * (tid + i * KDA_THREADS), r = e / KDA_D, col = e % KDA_D;
+            *reinterpret_cast<float2*>(&sm.G[r][col]) = xs[i];
+        }
+    } else if (LEAN) {
 #pragma unroll
         for (int i = 0; i < KDA_CHUNK * KDA_D / (2 * KDA_THREADS); ++i) {
             const int e = 2 * (tid + i * KDA_THREADS), r = e / KDA_D, col = e % KDA_D;   // col even
@@ -356,7 +391,7 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
     if (tid < KDA_CHUNK) {
         float b = 0.0f;
         if (tid < valid) {
-            b = LEAN ? beta_pre : from_bf16(beta[(size_t)(t0 + tid) * H + h]);
+            b = TIGHT ? sm.beta[tid] : LEAN ? beta_pre : from_bf16(beta[(size_t)(t0 + tid) * H + h]);
             if (beta_logit) b = sigmoid(b);
         }
         sm.beta[tid] = b;
@@ -715,7 +750,17 @@ struct KdaPrepStage {                    // kda_prep's raw inputs (no v)
     float g[KDA_CHUNK][KDA_D];
 };
 struct KdaPrepSmem {                     // KdaSmem less the second stage, v and o
-#if KDA_PREP_LEAN == 2
+#if KDA_PREP_LEAN == 3
+    union {                              // tight (NW = NI = 1): P4 writes qd, kd over the q, k it reads
+        KdaPrepStage stage;              // (each thread its own elements); P2 writes G over g (after a
+        struct {                         // barrier: every thread's raw gate read first)
+            bf16_bits qd[KDA_NW][KDA_CHUNK][KDA_ROW];
+            bf16_bits kd[KDA_CHUNK][KDA_ROW];
+            float G[KDA_CHUNK][KDA_D];
+        };
+    };
+    bf16_bits kr[KDA_CHUNK][KDA_ROW];
+#elif KDA_PREP_LEAN == 2
     union {                              // compact (NW = NI = 1): P4 writes qd, kd over the q, k it reads
         KdaPrepStage stage;              // (each thread its own elements) and kr over g (dead after P2)
         struct {
@@ -744,7 +789,7 @@ struct KdaPrepSmem {                     // KdaSmem less the second stage, v and
     bf16_bits kp[KDA_NI][KDA_CHUNK][KDA_ROW];
     bf16_bits km[KDA_NI][KDA_CHUNK][KDA_ROW];
 #endif
-#if KDA_PREP_LEAN != 2
+#if KDA_PREP_LEAN < 2
     bf16_bits kr[KDA_CHUNK][KDA_ROW];
 #endif
 #if !KDA_PREP_LEAN
@@ -754,7 +799,9 @@ struct KdaPrepSmem {                     // KdaSmem less the second stage, v and
     bf16_bits T[KDA_NI][KDA_CHUNK][KDA_ROW16];
     bf16_bits Aqk[KDA_NI][KDA_CHUNK][KDA_ROW16];
     float decay[KDA_D];
+#if KDA_PREP_LEAN != 3
     float dt_bias[KDA_D];
+#endif
     float rq[KDA_CHUNK], rk[KDA_CHUNK], beta[KDA_CHUNK];
 #if KDA_PREP_LEAN
     int seq[4];                          // the slot's sequence, its bos and eos (kda_slot_owner's pass)
@@ -789,8 +836,13 @@ struct KdaRecSmem {
     KdaRecStage stage[KDA_REC_STAGES];
     bf16_bits o[2][KDA_CHUNK][KDA_REC_VROW];  // output staging (this CTA's V slice), alternating chunks
 };
-static_assert(KDA_PREP_LEAN != 2 || (KDA_NW == 1 && KDA_NI == 1), "the compact kda_prep holds one tile of qd, kp, km");
+static_assert(KDA_PREP_LEAN < 2 || (KDA_NW == 1 && KDA_NI == 1), "the compact and tight kda_preps hold one tile of qd, kp, km");
 static_assert(sizeof(KdaPrepSmem) == KDA_PREP_SMEM_BYTES, "kernels/kda/family.py's kda_prep shared-memory size disagrees");
+#if KDA_PREP_LEAN == 3   // tight: G is g's memory, element for element; qd, kd are q's and k's
+static_assert(__builtin_offsetof(KdaPrepSmem, G) == __builtin_offsetof(KdaPrepSmem, stage) + __builtin_offsetof(KdaPrepStage, g) &&
+              __builtin_offsetof(KdaPrepSmem, kd) == __builtin_offsetof(KdaPrepSmem, stage) + __builtin_offsetof(KdaPrepStage, k) &&
+              sizeof(KdaPrepSmem::G) == sizeof(KdaPrepStage::g), "the tight kda_prep writes G over g");
+#endif
 static_assert(sizeof(KdaRecSmem) == KDA_REC_SMEM_BYTES, "kernels/kda/family.py's kda_rec shared-memory size disagrees");
 static_assert(KDA_REC_BYTES % 16 == 0 && KDA_REC_BYTES == KDA_REC_BYTES_HOST, "kernels/kda/family.py's record size disagrees");
 
@@ -1024,16 +1076,31 @@ __device__ __forceinline__ bool kda_prep_body(
     }
     // the other global reads, issued behind the cp.async ones and waited for with them
     const float a_log = gate_in_kernel ? A_log[h] : 0.0f;
+#if KDA_PREP_LEAN == 3   // tight: this thread's two channels of P2 (2 (tid % 64), + 1), from global;
+    // volatile loads, so ptxas (at 40 registers) keeps them before the wait instead of after it
+    float2 dtb2 = make_float2(0.0f, 0.0f);
+    if (gate_in_kernel)
+        asm volatile("ld.global.nc.v2.f32 {%0, %1}, [%2];\n" : "=f"(dtb2.x), "=f"(dtb2.y) : "l"(dt_bias + h * KDA_D + 2 * (tid & 63)));
+    unsigned short beta_raw = 0;
+    if (tid < valid) asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(beta_raw) : "l"(beta + (size_t)(t0 + tid) * H + h));
+    const float beta_pre = from_bf16(beta_raw);
+    if (tid < KDA_CHUNK) sm.beta[tid] = beta_pre;          // consumed here: ptxas keeps the load before the wait
+#else
     const float dtb = gate_in_kernel && tid < KDA_D ? dt_bias[h * KDA_D + tid] : 0.0f;
     const float beta_pre = tid < valid ? from_bf16(beta[(size_t)(t0 + tid) * H + h]) : 0.0f;
     if (gate_in_kernel && tid < KDA_D) sm.dt_bias[tid] = dtb;
+#endif
     const float eA = gate_in_kernel ? ex2(a_log * KDA_LOG2E) : 0.0f;
     {
 #endif
         cp_async_wait<0>();
     }
     __syncthreads();
-#if KDA_PREP_LEAN
+#if KDA_PREP_LEAN == 3
+    kda_chunk_prep<KdaPrepStage, KdaPrepSmem, true, true>(sm.stage, sm, beta, tid, lane, warp, valid, t0, h, H,
+                                                          gate_in_kernel, beta_logit, l2norm, eA, lb2, scale, beta_pre,
+                                                          dtb2);
+#elif KDA_PREP_LEAN
     kda_chunk_prep<KdaPrepStage, KdaPrepSmem, true>(sm.stage, sm, beta, tid, lane, warp, valid, t0, h, H, gate_in_kernel,
                                                     beta_logit, l2norm, eA, lb2, scale, beta_pre);
 #else

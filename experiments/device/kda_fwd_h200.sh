@@ -32,7 +32,8 @@
 set -o pipefail
 . experiments/device/device_lib.sh
 device_start >/dev/null || exit 1
-. experiments/device/kda_peers_build.sh > "$OUT/kda_peers.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_peers.log"
+# the peers' restore logs at the head of kda_fwd.log (the device returns at most 8 files from $OUT)
+. experiments/device/kda_peers_build.sh > "$OUT/kda_fwd.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_fwd.log"
 GENOMES="${GENOMES:-split-bf16-v2-tight,split-bf16-tight,split-bf16-v2-tight-longest,split-bf16-v2-compact-longest,split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-compact-pdl3}"
 if ! grep -q "as_launches" experiments/device/kda_fwd_table.py; then
     echo "kda_fwd_table.py launches one kernel per genome: split genomes left out of $GENOMES"
@@ -40,7 +41,7 @@ if ! grep -q "as_launches" experiments/device/kda_fwd_table.py; then
 fi
 timeout -s INT "${TABLE_S:-380}" python3 experiments/device/kda_fwd_table.py --out "$OUT/kda_fwd_h200" \
     --genomes "$GENOMES" --budget-s "${BUDGET_S:-300}" --reps "${REPS:-50}" \
-    ${CASES:+--cases "$CASES"} > "$OUT/kda_fwd.log" 2>&1
+    ${CASES:+--cases "$CASES"} >> "$OUT/kda_fwd.log" 2>&1
 echo "table rc=$?"
 grep -E '^\{"case"|^   |compiled|Error' "$OUT/kda_fwd.log" | cut -c1-260
 [ -f "$OUT/kda_fwd_h200.md" ] && head -16 "$OUT/kda_fwd_h200.md"

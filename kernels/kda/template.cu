@@ -36,7 +36,7 @@
 // (head, sequence)) or split (KDA_PREP_ENTRY + KDA_REC_ENTRY: kda_prep does P2-P7 of every
 // (chunk, head) at once into a workspace, kda_rec_<state> only P8 per chunk: see "the split pair").
 //
-// Prep (KDA_PREP_LEAN, 0, 1 or 2; gene prep, v5): kda_prep as in v3 (0), or lean (1): w shares
+// Prep (KDA_PREP_LEAN, 0, 1, 2 or 3; gene prep, v5 and v8): kda_prep as in v3 (0), or lean (1): w shares
 // kp/km's shared memory (dead once A and Aqk are made), so the all-bf16 tiles fit 4 CTAs per SM
 // (KDA_PREP_MIN_BLOCKS, family.prep_min_blocks); every global load of the CTA (q, k, g, beta,
 // dt_bias, A_log) is issued before any is waited for; the slot's sequence comes from one parallel
@@ -1078,9 +1078,15 @@ __device__ __forceinline__ bool kda_prep_body(
     const float a_log = gate_in_kernel ? A_log[h] : 0.0f;
 #if KDA_PREP_LEAN == 3   // tight: this thread's two channels of P2 (2 (tid % 64), + 1), from global;
     // volatile loads, so ptxas (at 40 registers) keeps them before the wait instead of after it
+    // (a dt_bias view off an 8-byte boundary, which a caller may pass, takes two 4-byte loads)
     float2 dtb2 = make_float2(0.0f, 0.0f);
-    if (gate_in_kernel)
-        asm volatile("ld.global.nc.v2.f32 {%0, %1}, [%2];\n" : "=f"(dtb2.x), "=f"(dtb2.y) : "l"(dt_bias + h * KDA_D + 2 * (tid & 63)));
+    const float* dtb_at = dt_bias + h * KDA_D + 2 * (tid & 63);
+    if (gate_in_kernel && ((uintptr_t)dt_bias & 7u) == 0)
+        asm volatile("ld.global.nc.v2.f32 {%0, %1}, [%2];\n" : "=f"(dtb2.x), "=f"(dtb2.y) : "l"(dtb_at));
+    else if (gate_in_kernel) {
+        asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(dtb2.x) : "l"(dtb_at));
+        asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(dtb2.y) : "l"(dtb_at + 1));
+    }
     unsigned short beta_raw = 0;
     if (tid < valid) asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(beta_raw) : "l"(beta + (size_t)(t0 + tid) * H + h));
     const float beta_pre = from_bf16(beta_raw);

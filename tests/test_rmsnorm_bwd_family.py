@@ -856,3 +856,25 @@ def test_bulk_prefetch_spans_are_aligned_lines_inside_the_slice():
                 assert n == 0 or a + b - (lo.value + n) < 16
                 checked += 1
     assert checked > 1000
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "experiments" / "seeds").glob("rmsnorm_bwd_v5*_probe.json")),
+                         ids=lambda p: p.name)
+def test_backward_probe_files_name_valid_v5_genomes_with_a_reason_each(path):
+    """The probe files experiments/device/bwd_probe.py --seeds reads (the next device call's
+    questions): every genome valid in space v5, a prediction's reason for each, no genome twice;
+    session 15's sched probe holds the two genomes INT21_NOTES.md names, by their keys."""
+    import json
+
+    from genomes import load_space
+
+    space = load_space("rmsnorm_bwd", "v5")
+    probe = json.loads(path.read_text())
+    keys = []
+    for entry in probe["genomes"]:
+        assert space.violations(entry["genome"]) == [], (entry["name"], space.violations(entry["genome"]))
+        assert entry["why"] and entry["name"]
+        keys.append(space.make(entry["genome"]).key[:8])
+    assert len(set(keys)) == len(keys)
+    if path.name == "rmsnorm_bwd_v5_sched_probe.json":
+        assert keys[:2] == ["b7d1aedd", "fb4fbace"]

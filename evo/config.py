@@ -209,6 +209,10 @@ class EvaluatorSection:
                                                        "never less than timeout_s")
     startup_timeout_s: float = _f(120.0, min=1.0, doc="how long a GPU worker may take to start")
     compile_jobs: int = _f(0, min=0, doc="parallel nvcc processes (0: one per CPU)")
+    judge_ahead: bool = _f(True, doc="while a chunk is on the GPU, the next chunk's stage 0 (render, nvcc, static "
+                                     "checks) runs in the background, and a grid hands its next ask over on an "
+                                     "ask's last chunk; false: only the next chunk of the same ask is compiled "
+                                     "ahead, its static checks in line (the judge before session 16)")
     pool: str = _f("local", choices=("local", "ray"), doc="where jobs run: 'local' (one worker process per GPU "
                                                           "of this host) or 'ray' (one actor per GPU of a Ray "
                                                           "cluster, compiles spread over its CPUs; with kind = "

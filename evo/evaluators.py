@@ -63,6 +63,7 @@ def build_evaluator(cfg: Config, space: GeneSpace) -> Evaluator:
                         unsupported_speedup=ev.unsupported_speedup or None,
                         bench_case_timeout_s=ev.bench_case_timeout_s or None,
                         startup_timeout_s=ev.startup_timeout_s, compile_jobs=ev.compile_jobs or None,
+                        stage0_ahead=ev.judge_ahead,
                         pool=build_pool(cfg), compiler=build_compiler(cfg))
 
 

@@ -131,6 +131,7 @@ class Run:
         if self.mixer is not None and lessons is not None and cfg.search.lessons.prompt:
             self.mixer.known = lessons.prompt_text()
         self._strategy_slots: int | None = None       # how many of the last ask's candidates the strategy made
+        self._chunk_s = 0.0                           # wall time of the last chunk judged
 
     # -- budget ------------------------------------------------------------------------------
     @property
@@ -196,9 +197,12 @@ class Run:
             if self._out_of_time():
                 break
             chunk = todo[i:i + batch]
-            upcoming = todo[i + batch:i + 2 * batch]
-            if upcoming:
-                self.evaluator.prefetch([c.genome for c in upcoming if c.raw is None])   # compiles while this chunk runs
+            ahead = [c.genome for c in todo[i + batch:i + 2 * batch] if c.raw is None]
+            if i + batch >= len(todo):
+                ahead = self._lookahead(batch, len(todo) - i)    # the last chunk: the next ask's first
+            if ahead:
+                self.evaluator.prefetch(ahead)    # compiled (and statically checked) while this chunk runs
+            t_chunk = time.time()
             try:
                 evals = self._judge(chunk)
             except NotRecorded:
@@ -206,6 +210,7 @@ class Run:
                 # stopped by its wall-time budget ends exactly like this when replayed).
                 raise _RecordingEnded(f"the replay table has no verdict for genome {chunk[0].key}: "
                                       "the recording ends here") from None
+            self._chunk_s = time.time() - t_chunk
             new_records = [self._record(stage, c, ev) for c, ev in zip(chunk, evals)]
             # a run killed later must still count this session's time against its wall budget
             self.store.update_run(self.run_id, elapsed_s=self.elapsed_s)
@@ -220,6 +225,21 @@ class Run:
                 break
             out.append(self.answered[c.key])
         return out
+
+    def _lookahead(self, n: int, in_flight: int) -> list[Genome]:
+        """Genomes the current strategy's next ask will bring (Strategy.upcoming), not yet
+        answered or recorded: at most n, for the evaluator to compile while the last chunk of
+        this ask is judged. None when the budget ends with the chunk in flight, or the wall time
+        would run out before another chunk (a compile nobody judges only keeps the close waiting),
+        or evaluator.judge_ahead is off."""
+        if not self.cfg.evaluator.judge_ahead or self._remaining() <= in_flight:
+            return []
+        limit = self.cfg.budget.wall_time_s
+        if limit and self.elapsed_s + 2 * self._chunk_s >= limit:
+            return []
+        strategy = self.stages[self.stage_index].strategy
+        return [g for g in strategy.upcoming(4 * n)
+                if g.key not in self.recorded and g.key not in self.answered][:n]
 
     def _record(self, stage: Stage, c: Candidate, ev: Evaluation) -> Record:
         try:

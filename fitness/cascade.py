@@ -651,19 +651,41 @@ def finalize(c: Judging, settings: Settings) -> Evaluation:
 
 def run_cascade(genomes: Sequence[Genome], settings: Settings, compiler: Any, pool: Any, *,
                 static_problems: Callable | None = None, classify: Callable | None = None,
-                space: Any = None) -> list[Evaluation]:
+                space: Any = None, staged: Mapping[str, Judging] | None = None,
+                staged_wait_s: float = 0.0) -> list[Evaluation]:
     """All stages for a batch: one Evaluation per genome, in order. Each evaluation also gets
-    artifacts["batch_seconds"]: the wall time of each stage for the whole batch."""
+    artifacts["batch_seconds"]: the wall time of each stage for the whole batch.
+
+    `staged`: genome key -> its Judging after stage 0, made ahead of time (GPUEvaluator.prefetch
+    runs stage0_compile for a later batch while this one is on the GPU); a genome found there
+    skips stage 0 here (its record keeps that stage 0's stage_seconds, and its clock starts with
+    this batch, as a compile found in the cache always did), the others go through it now.
+    Stages 1 and 2 are the same for both. batch_seconds["compile"] is the time the batch waited
+    for stage 0 (`staged_wait_s`, the caller's wait for the background stage 0, included);
+    batch_seconds["staged"] says how many genomes came staged (absent when none)."""
     t0 = time.perf_counter()
-    cands = stage0_compile(genomes, settings, compiler, static_problems=static_problems,
-                           classify=classify, space=space)
+    now = time.time()
+    ahead = dict(staged or {})
+    picked: list[Judging | None] = [ahead.pop(g.key, None) for g in genomes]
+    fresh = iter(stage0_compile([g for g, c in zip(genomes, picked) if c is None], settings, compiler,
+                                static_problems=static_problems, classify=classify, space=space)
+                 if any(c is None for c in picked) else ())
+    cands = [c if c is not None else next(fresh) for c in picked]
+    for c in (c for c in picked if c is not None):
+        c.started_at = now
+        if not c.alive:
+            c.finished_at = now
+        if not c.device:
+            c.device = settings.device
     t1 = time.perf_counter()
     stage1_check(cands, settings, pool)
     t2 = time.perf_counter()
     stage2_bench(cands, settings, pool)
     t3 = time.perf_counter()
-    walls = {"compile": t1 - t0, "check": t2 - t1, "bench": t3 - t2}
-    batch = to_json({**{k: round(v, 6) for k, v in walls.items()}, "genomes": len(cands)})
+    walls = {"compile": t1 - t0 + float(staged_wait_s), "check": t2 - t1, "bench": t3 - t2}
+    n_staged = sum(c is not None for c in picked)
+    batch = to_json({**{k: round(v, 6) for k, v in walls.items()}, "genomes": len(cands),
+                     **({"staged": n_staged} if n_staged else {})})
     out = []
     for c in cands:
         c.artifacts["batch_seconds"] = batch

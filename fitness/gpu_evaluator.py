@@ -7,7 +7,8 @@ Per batch: render and compile every genome in parallel (nvcc, content-addressed 
 static checks, verify survivors on the family's check cases (one CHECK job each, spread over the
 workers), then verify and time the survivors on the benchmark matrix (one BENCH job each) beside
 the baselines; see fitness.cascade. A candidate's failure is a value; only a broken machine (no
-toolkit, no worker can start) raises.
+toolkit, no worker can start) raises. `prefetch(genomes)` runs a later batch's stage 0 in a
+background thread while the current batch is on the GPU (its stages 1 and 2 are unchanged).
 
 Every Evaluation carries: device and toolkit, timestamps, objectives (fitness.objectives), the
 suspect flag, and artifacts: compile_log, resources (ptxas report, JSON), source_hash, flags,
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fitness import objectives as obj
-from fitness.cascade import Settings, is_unsupported, run_cascade
+from fitness.cascade import Settings, is_unsupported, run_cascade, stage0_compile
 from fitness.evaluator import Evaluator
 from fitness.family import KERNELS_DIR, KernelFamily, credited_check_cases, load_family
 from fitness.jobs import JUDGE_PROTOCOL, TimingConfig
@@ -66,6 +67,11 @@ def _check_metric(metric: str) -> None:
                          f"(speedups against another baseline: 'geomean_speedup@<baseline>')")
 
 
+def _compile_only(compiler: Any, items: Sequence[tuple[str, tuple[str, ...]]]) -> dict[str, Any]:
+    compiler.compile_many(items)
+    return {}                       # nothing staged: evaluate() runs stage 0, finding the cache warm
+
+
 class GPUEvaluator(Evaluator):
     def __init__(self, family: KernelFamily | str, space: GeneSpace, *, matrix: str = "default",
                  check: bool = True, baseline: str = "torch", baselines: Sequence[str] | None = None,
@@ -76,7 +82,8 @@ class GPUEvaluator(Evaluator):
                  hopeless_below: float | None = None, hopeless_cases: int = 2,
                  hopeless_group: str | None = None, unsupported_speedup: float | None = None,
                  bench_case_timeout_s: float | None = None, runner: str = DEFAULT_RUNNER,
-                 compile_jobs: int | None = None, compiler: Any = None, pool: Any = None):
+                 compile_jobs: int | None = None, compiler: Any = None, pool: Any = None,
+                 stage0_ahead: bool = True):
         if isinstance(family, str):
             root = Path(family_root).resolve() if family_root is not None else KERNELS_DIR
             family = load_family(family, root)
@@ -95,6 +102,7 @@ class GPUEvaluator(Evaluator):
         self.timeout_s = float(timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
         self.compile_jobs = compile_jobs
+        self.stage0_ahead = bool(stage0_ahead)     # False: prefetch only compiles (static checks in line)
         self._compiler = compiler
         self._pool = pool
         self._pool_started = False
@@ -102,7 +110,7 @@ class GPUEvaluator(Evaluator):
         self._device = ""
         self._totals = {"evaluated": 0, "verified": 0, "gpu_seconds": 0.0, "wall_seconds": 0.0}
         self._prefetch_pool: cf.ThreadPoolExecutor | None = None
-        self._prefetched: dict[str, cf.Future] = {}     # genome key -> its background compile
+        self._prefetched: dict[str, cf.Future] = {}     # genome key -> its background stage 0
 
         offered = [b.name for b in family.baselines()]
         not_objective = {b.name for b in family.baselines() if not b.objective}
@@ -173,14 +181,38 @@ class GPUEvaluator(Evaluator):
 
     # -- the contract ----------------------------------------------------------------------
     def prefetch(self, genomes: Sequence[Genome]) -> None:
-        """Start compiling genomes that a later evaluate() will get, in the background.
+        """Start stage 0 (render, compile, static checks) of genomes that a later evaluate() will
+        get, in the background.
 
-        The GPU waits while a batch compiles (3-5 s for 4 RMSNorm genomes, about half of their
-        GPU time after the judge's speed-ups), so the run hands over its next batch before
-        evaluating the current one. The compiles land in the content-addressed cache, where
-        evaluate()'s own stage 0 finds them (it waits for a genome's background compile first).
-        Nothing here can fail a candidate: a render or compile problem is found and reported
-        again by stage 0."""
+        The GPU waits while a batch goes through stage 0 (3-5 s for 4 RMSNorm genomes when nvcc
+        runs, 1.3 s of SASS reading when the compiles were cached: session 15), so the run hands
+        over its next batch before evaluating the current one. What comes back is each genome's
+        Judging after stage 0 (compiled or stopped with its evidence), which evaluate() takes
+        instead of running stage 0 again (it waits for a genome's background stage 0 first); the
+        compiles land in the content-addressed cache as before. Nothing here can fail a
+        candidate or the run: a background stage 0 that raises (a broken toolchain) leaves its
+        genomes to evaluate()'s own stage 0, which reports it again. Only the GPU stages run in
+        evaluate(), so what a genome is judged on is the same either way. With stage0_ahead
+        False, only the compiles run ahead (into the cache) and stage 0 runs in evaluate()."""
+        if not self.stage0_ahead:
+            self._prefetch_compiles(genomes)
+            return
+        todo = []
+        for g in genomes:
+            if g.key in self._prefetched or any(g.key == t.key for t in todo):
+                continue
+            todo.append(g)
+        if not todo:
+            return
+        if self._prefetch_pool is None:
+            self._prefetch_pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evo-prefetch")
+        settings = replace(self.settings, toolkit=self.toolkit, device=self._device)
+        fut = self._prefetch_pool.submit(self._stage0_ahead, todo, settings, self.compiler())
+        for g in todo:
+            self._prefetched[g.key] = fut
+
+    def _prefetch_compiles(self, genomes: Sequence[Genome]) -> None:
+        """The compiles alone, into the content-addressed cache (stage 0 finds them there)."""
         items, keys = [], []
         for g in genomes:
             if g.key in self._prefetched or self.space.violations(g.as_dict()):
@@ -194,9 +226,32 @@ class GPUEvaluator(Evaluator):
             return
         if self._prefetch_pool is None:
             self._prefetch_pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evo-prefetch")
-        fut = self._prefetch_pool.submit(self.compiler().compile_many, items)
+        fut = self._prefetch_pool.submit(_compile_only, self.compiler(), items)
         for k in keys:
             self._prefetched[k] = fut
+
+    def _stage0_ahead(self, genomes: Sequence[Genome], settings: Settings, compiler: Any) -> dict[str, Any]:
+        cands = stage0_compile(genomes, settings, compiler, space=self.space)
+        return {c.genome.key: c for c in cands}
+
+    def _take_staged(self, genomes: Sequence[Genome], base: Settings, space: Any) -> dict[str, Any]:
+        """The background stage 0 of these genomes (waited for), for the genomes it finished.
+        Taken only where stage 0 would be the same here: this evaluator's family and gene space
+        (evaluate, evaluate_in_full, evaluate_cases; not raw sources)."""
+        usable = space == "default" and base.family is self.settings.family
+        staged: dict[str, Any] = {}
+        for g in genomes:
+            fut = self._prefetched.pop(g.key, None)
+            if fut is None:
+                continue
+            try:
+                done = fut.result()
+            except Exception:  # noqa: BLE001 - stage 0 runs again here and reports
+                continue
+            c = done.pop(g.key, None)
+            if usable and c is not None and g.key not in staged:
+                staged[g.key] = c
+        return staged
 
     def evaluate(self, genomes: Sequence[Genome]) -> list[Evaluation]:
         return self._evaluate(genomes, self.settings)
@@ -241,18 +296,14 @@ class GPUEvaluator(Evaluator):
         if not genomes:
             return []
         t0 = time.time()
-        for g in genomes:
-            fut = self._prefetched.pop(g.key, None)
-            if fut is not None:
-                try:
-                    fut.result()
-                except Exception:  # noqa: BLE001 - stage 0 compiles again and reports
-                    pass
+        staged = self._take_staged(genomes, base, space)
+        waited = time.time() - t0
         compiler = self.compiler()
         pool = self.pool()
         settings = replace(base, toolkit=self.toolkit, device=self._device)
         evaluations = run_cascade(genomes, settings, compiler, pool,
-                                  space=self.space if space == "default" else space)
+                                  space=self.space if space == "default" else space, staged=staged,
+                                  staged_wait_s=waited)
         self._totals["evaluated"] += len(evaluations)
         self._totals["verified"] += sum(e.status is Status.OK for e in evaluations)
         self._totals["gpu_seconds"] += sum(float(e.artifacts.get("gpu_seconds", 0.0)) for e in evaluations)

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 from fitness.compile import CompileResult
 from fitness.records import Status
-from fitness.sass import find, instructions, opcodes
+from fitness.sass import has_any, instructions, opcodes
 from fitness.toolchain import ToolchainError
 
 SMEM_PER_BLOCK_LIMIT = 232448   # bytes of shared memory one block may use on sm_90 (227 KB)
@@ -159,6 +159,6 @@ def _promise_problems(result: CompileResult, promises: Mapping[str, Any]) -> lis
     out = []
     for name, prefixes in promises.items():
         prefixes = [prefixes] if isinstance(prefixes, str) else list(prefixes)
-        if not find(result.sass, prefixes):
+        if not has_any(result.sass, prefixes):
             out.append(f"promises {name} but SASS has none of {', '.join(prefixes)}")
     return out

@@ -380,6 +380,149 @@ def test_gpu_evaluator_prefetch_compiles_the_next_batch_in_the_background(tmp_pa
     ev.close()                                    # stops the prefetch thread too
 
 
+def _verdicts(evs):
+    """What a record says of a genome, without the clocks (timestamps, stage timings)."""
+    out = []
+    for e in evs:
+        arts = {k: v for k, v in e.artifacts.items() if k not in ("batch_seconds", "stage_seconds", "compile_cached")}
+        if "input_seeds" in arts:                  # the verification seeds stay; BENCH's timing seed is drawn per job
+            arts["input_seeds"] = {k: v["verify"] for k, v in json.loads(arts["input_seeds"]).items()}
+        out.append((e.key, e.status, e.message, e.objectives, e.cases, e.device, e.toolkit, arts))
+    return out
+
+
+def _jobs(pool):
+    """The jobs the GPU got, less the per-job random timing seed (drawn afresh for every BENCH job)."""
+    return [replace(j, timing_seed=0) for j in pool.jobs]
+
+
+def test_a_staged_batch_is_judged_exactly_like_one_compiled_in_line(tmp_path):
+    """prefetch() runs stage 0 (render, compile, static checks) of a later batch in the
+    background; evaluate() then takes those candidates instead of running stage 0 again. The GPU
+    stages are untouched: the same CHECK job on every check case (same cubin, same input seed),
+    the same BENCH jobs, the same verdicts and evidence as without the prefetch."""
+    import threading
+
+    batch = [g("ok", 2.0), g("wrong"), g("compile_error"), g("spill"), g("render_bug"), g("narrow"), g("ok", 0.5)]
+    seen: list[str] = []
+
+    def recording_problems(result, family, genome):
+        seen.append(threading.current_thread().name)
+        return static_problems(result, family, genome)
+
+    def judged(prefetch):
+        pool = FakePool({x.key: x for x in batch})
+        compiler = FakeCompiler(tmp_path)
+        ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=compiler, pool=pool, baselines=())
+        ev.settings = replace(ev.settings, nonce=1234)          # the run-time nonce, fixed to compare seeds
+        seen.clear()
+        original = cascade._default_checks
+        cascade._default_checks = lambda: (recording_problems, classify)
+        try:
+            if prefetch:
+                ev.prefetch(batch)
+                ev._prefetched[batch[0].key].result()          # the background stage 0 has run
+            out = ev.evaluate(batch)
+        finally:
+            cascade._default_checks = original
+        return out, pool, compiler, list(seen)
+
+    inline, pool_a, compiler_a, threads_a = judged(False)
+    staged, pool_b, compiler_b, threads_b = judged(True)
+    assert _verdicts(staged) == _verdicts(inline)
+    assert _jobs(pool_b) == _jobs(pool_a)
+    checks = [j for j in pool_b.jobs if j.stage == CHECK]
+    assert checks and all(tuple(c.id for c in j.cases) == ("n7", "n199") for j in checks)
+    assert all(j.seed == cascade.derive_seed(0, j.key, CHECK, 1234) for j in checks)
+    assert [e.status for e in staged] == [Status.OK, Status.WRONG_RESULT, Status.COMPILE_ERROR, Status.INVALID,
+                                          Status.INVALID, Status.INVALID, Status.OK]
+    # stage 0 ran once per genome, in the background thread, and not again in evaluate()
+    assert compiler_b.batches == [6] and compiler_a.batches == [6]
+    assert threads_b and all(t.startswith("evo-prefetch") for t in threads_b)
+    assert threads_a and not any(t.startswith("evo-prefetch") for t in threads_a)
+    assert all(json.loads(e.artifacts["batch_seconds"])["staged"] == 7 for e in staged)
+    assert all("staged" not in json.loads(e.artifacts["batch_seconds"]) for e in inline)
+
+
+def test_without_stage0_ahead_only_the_compiles_run_ahead(tmp_path):
+    """evaluator.judge_ahead = false: the judge before session 16 (the compile in the background,
+    the static checks in evaluate(), which finds the compile in the cache)."""
+    import threading
+
+    seen: list[str] = []
+
+    def recording_problems(result, family, genome):
+        seen.append(threading.current_thread().name)
+        return static_problems(result, family, genome)
+
+    batch = [g("ok", 2.0), g("spill")]
+    compiler = FakeCompiler(tmp_path)
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=compiler, pool=FakePool({x.key: x for x in batch}),
+                      baselines=(), stage0_ahead=False)
+    original = cascade._default_checks
+    cascade._default_checks = lambda: (recording_problems, classify)
+    try:
+        ev.prefetch(batch)
+        assert ev._prefetched[batch[0].key].result() == {}
+        out = ev.evaluate(batch)
+    finally:
+        cascade._default_checks = original
+    assert [e.status for e in out] == [Status.OK, Status.INVALID]
+    assert compiler.batches == [2, 2] and seen and not any(t.startswith("evo-prefetch") for t in seen)
+    assert "staged" not in json.loads(out[0].artifacts["batch_seconds"])
+
+
+def test_a_batch_mixing_staged_and_unstaged_genomes_keeps_its_order(tmp_path):
+    first, later = [g("ok", 2.0), g("compile_error")], [g("ok", 0.5), g("wrong")]
+    pool = FakePool({x.key: x for x in first + later})
+    compiler = FakeCompiler(tmp_path)
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=compiler, pool=pool, baselines=())
+    ev.prefetch([later[1], first[0]])
+    ev._prefetched[first[0].key].result()
+    import time
+    t_call = time.time()
+    out = ev.evaluate([first[0], later[0], first[1], later[1]])
+    assert [e.key for e in out] == [first[0].key, later[0].key, first[1].key, later[1].key]
+    assert [e.status for e in out] == [Status.OK, Status.OK, Status.COMPILE_ERROR, Status.WRONG_RESULT]
+    assert compiler.batches == [2, 2]                  # the background pair, then the two left in line
+    assert json.loads(out[0].artifacts["batch_seconds"])["staged"] == 2
+    assert ev._prefetched == {}
+    # a staged record's clock starts with the batch that judges it, as a cached compile's did
+    assert all(t_call <= e.started_at <= e.finished_at for e in out)
+
+
+def test_a_background_stage_0_that_fails_leaves_the_batch_to_evaluate(tmp_path):
+    """A broken toolchain in the background is not a candidate's verdict: evaluate() runs stage 0
+    itself and the machine's error comes up from there, as without a prefetch."""
+    from fitness.toolchain import ToolchainError
+
+    class Broken(FakeCompiler):
+        def compile_many(self, items):
+            raise ToolchainError("nvcc vanished")
+
+    genomes = [g("ok")]
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=Broken(tmp_path),
+                      pool=FakePool({x.key: x for x in genomes}), baselines=())
+    ev.prefetch(genomes)
+    with pytest.raises(ToolchainError, match="nvcc vanished"):
+        ev.evaluate(genomes)
+
+
+def test_staged_candidates_are_not_taken_for_raw_sources(tmp_path):
+    """evaluate_raw judges through another family (fitness.raw): a prefetched stage 0 of the
+    evaluator's own family is never taken for it."""
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=FakeCompiler(tmp_path),
+                      pool=FakePool({}), baselines=())
+    genome = g("ok")
+    ev.prefetch([genome])
+    other = replace(ev.settings, family=FakeFamily())
+    assert ev._take_staged([genome], other, "default") == {}
+    ev.prefetch([genome])
+    assert ev._take_staged([genome], ev.settings, None) == {}
+    ev.prefetch([genome])
+    assert list(ev._take_staged([genome], ev.settings, "default")) == [genome.key]
+
+
 def test_gpu_evaluator_evaluate_cases_times_only_the_given_cases(tmp_path):
     genomes = [g("ok", 2.0)]
     pool = FakePool({x.key: x for x in genomes})

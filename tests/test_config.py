@@ -127,7 +127,8 @@ def test_every_judge_setting_is_reachable_from_the_toml(tmp_path, monkeypatch):
     cfg_path = tmp_path / "c.toml"
     cfg_path.write_text('[experiment]\nname = "x"\nfamily = "rmsnorm"\n[evaluator]\nreps = 20\nwarmup = 2\n'
                         'baseline_reps = 10\nmax_case_seconds = 3.0\nflush_l2 = false\nrotate_inputs = false\n'
-                        'bench_case_timeout_s = 30.0\nstartup_timeout_s = 40.0\ncompile_jobs = 3\nworkers = 1\n')
+                        'bench_case_timeout_s = 30.0\nstartup_timeout_s = 40.0\ncompile_jobs = 3\nworkers = 1\n'
+                        'judge_ahead = false\n')
     seen = {}
 
     class Spy:
@@ -140,3 +141,4 @@ def test_every_judge_setting_is_reachable_from_the_toml(tmp_path, monkeypatch):
     t = seen["timing"]
     assert (t.reps, t.warmup, t.baseline_reps, t.max_case_seconds, t.flush_l2, t.rotate_inputs) == (20, 2, 10, 3.0, False, False)
     assert (seen["bench_case_timeout_s"], seen["startup_timeout_s"], seen["compile_jobs"], seen["workers"]) == (30.0, 40.0, 3, 1)
+    assert seen["stage0_ahead"] is False

@@ -80,3 +80,94 @@ def test_grid_records_every_point_once_and_resumes(synthetic_space, synthetic_ta
     assert counting.judged == [g.key for g in points[40:]]                 # nothing judged twice
     assert [r.key for r in store.records("slice")] == [g.key for g in points]
     assert summary.stop_reason == "every stage finished"
+
+
+def test_grid_hands_the_next_asks_genomes_over_before_they_are_asked(synthetic_space, synthetic_table):
+    """The last chunk of an ask used to start with nothing compiling: the grid's next ask is known
+    (a fixed order), so the run hands its first chunk to prefetch while that chunk is judged.
+    Only a hint: what is judged, in what order, and what is recorded stay the same, and genomes
+    already recorded (a resumed slice) are never handed over."""
+    points = list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY)))
+
+    class Recording:
+        batch_size = 3                                # 7 per ask: chunks of 3, 3, 1
+
+        def __init__(self):
+            self.judged: list[str] = []
+            self.hints: list[tuple[int, list[str]]] = []    # (genomes judged before the hint, its keys)
+
+        def evaluate(self, genomes):
+            self.judged += [g.key for g in genomes]
+            return synthetic_table.evaluate(genomes)
+
+        def prefetch(self, genomes):
+            self.hints.append((len(self.judged), [g.key for g in genomes]))
+
+    store = open_store("memory://")
+    cfg = grid_cfg(evaluations=20)
+    store.create_run(new_run_info(cfg, "slice"))
+    rec = Recording()
+    Run(cfg, synthetic_space, store, rec, "slice").optimize()
+    keys = [g.key for g in points]
+    assert rec.judged == keys[:20] and [r.key for r in store.records("slice")] == keys[:20]
+    # within an ask: the next chunk; on an ask's last chunk (1 genome at 6, 13): the next ask's first 3
+    assert rec.hints == [(0, keys[3:6]), (3, keys[6:7]), (6, keys[7:10]), (7, keys[10:13]), (10, keys[13:14]),
+                         (13, keys[14:17]), (14, keys[17:20])]
+    # (at 17 the budget ends with the chunk in flight: no hint past it)
+
+    # a resumed call: the recorded part is answered by the store, and never handed over
+    rec2 = Recording()
+    Run(grid_cfg(evaluations=27), synthetic_space, store, rec2, "slice").optimize()
+    assert rec2.judged == keys[20:27]
+    assert all(k not in keys[:20] for _, hint in rec2.hints for k in hint)
+    assert rec2.hints[0] == (0, keys[21:24])          # 20, the first left, is the last of its ask (14-20)
+
+
+def test_grid_lookahead_is_off_without_judge_ahead(synthetic_space, synthetic_table):
+    from evo.config import from_dict
+
+    hints = []
+
+    class Hinted:
+        batch_size = 3
+
+        def evaluate(self, genomes):
+            return synthetic_table.evaluate(genomes)
+
+        def prefetch(self, genomes):
+            hints.append(len(genomes))
+
+    data = grid_cfg(evaluations=14).to_dict()
+    data["evaluator"]["judge_ahead"] = False
+    cfg = from_dict(data)
+    store = open_store("memory://")
+    store.create_run(new_run_info(cfg, "slice"))
+    Run(cfg, synthetic_space, store, Hinted(), "slice").optimize()
+    assert hints == [3, 1, 3, 1]                      # within each ask only, as before session 16
+    assert len(store.records("slice")) == 14
+
+
+def test_grid_lookahead_stops_when_the_wall_time_would_not_reach_another_chunk(synthetic_space, synthetic_table):
+    import time
+
+    class Slow:
+        batch_size = 7
+
+        def __init__(self):
+            self.hints = 0
+
+        def evaluate(self, genomes):
+            time.sleep(0.3)
+            return synthetic_table.evaluate(genomes)
+
+        def prefetch(self, genomes):
+            self.hints += 1
+
+    store = open_store("memory://")
+    cfg = grid_cfg(wall_time_s=0.5)
+    store.create_run(new_run_info(cfg, "slice"))
+    slow = Slow()
+    Run(cfg, synthetic_space, store, slow, "slice").optimize()
+    # the first chunk's lookahead was asked before any chunk had a duration; after 0.3 s, another
+    # 2 x 0.3 s would pass the 0.5 s budget: no compile for a chunk that is never judged
+    assert slow.hints == 1 and len(store.records("slice")) == 14

@@ -68,6 +68,32 @@ def test_find_matches_whole_modifier_parts():
     assert sass.matches("UTMASTG.2D", "UTMA*") and not sass.matches("UTMASTG.2D", "UTMA")
 
 
+def test_has_any_answers_what_find_answers():
+    """Static checks ask has_any (distinct forms) where they asked bool(find) (every instruction)."""
+    prefixes = ["LDG", "LDG*", "STG.E.EF", "STG.E.EF.128", "UBLKCP", "UTMALDG", "UTMA*", "HGMMA.64x16x16",
+                "HGMMA", "LDGSTS", "EXIT", "STL", "ST", "LD", "MUFU.RSQ", "SYNCS.ARRIVE", "LDG.E.128", "E"]
+    for fn in (None, "k_one", "k_two", "absent"):
+        for p in prefixes:
+            assert sass.has_any(LISTING, p, fn) == bool(sass.find(LISTING, p, fn)), (p, fn)
+        assert sass.has_any(LISTING, prefixes, fn) == bool(sass.find(LISTING, prefixes, fn))
+    assert not sass.has_any(LISTING, []) and not sass.has_any("", "LDG")
+
+
+def test_a_listing_is_parsed_once_and_callers_get_their_own_list():
+    """Stage 0 asks ~9 questions of each candidate's SASS; it is parsed once (the text is all the
+    parse depends on), and a caller that changes its list changes nothing for the next."""
+    listing = LISTING + "        /*01b0*/                   NOP ;\n"       # a text no other test parsed
+    before = sass._parse.cache_info()
+    first = sass.instructions(listing)
+    sass.opcodes(listing), sass.find(listing, "LDG"), sass.uses_local_memory(listing), sass.has_any(listing, "STL")
+    after = sass._parse.cache_info()
+    assert after.misses == before.misses + 1 and after.hits >= before.hits + 4
+    first.clear()
+    again = sass.instructions(listing)
+    assert again is not first and len(again) == len(sass.instructions(LISTING)) + 1
+    assert again[-1].form == "NOP"
+
+
 def test_local_memory_and_widths():
     assert sass.uses_local_memory(LISTING) and not sass.uses_local_memory(LISTING, "k_two")
     assert sass.load_widths(LISTING) == {128: 1, 16: 1}

@@ -12,6 +12,7 @@ import abc
 from typing import Sequence
 
 from fitness.records import Evaluation
+from genomes import Genome
 from operators.candidate import Candidate
 
 
@@ -32,6 +33,13 @@ class Strategy(abc.ABC):
     @abc.abstractmethod
     def tell(self, candidates: Sequence[Candidate], evaluations: Sequence[Evaluation]) -> None:
         """Evaluations of (a prefix of) the candidates of the last ask, in the same order."""
+
+    def upcoming(self, n: int) -> list[Genome]:
+        """A hint, asked while the last ask's candidates are judged: at most n genomes the next
+        ask() will return, where the strategy can tell before it hears the evaluations (a grid's
+        fixed order); the run starts their compiles early. It must not change what ask() returns.
+        Default: none."""
+        return []
 
     def close(self) -> None:
         """Release resources (e.g. Optuna storages)."""

@@ -69,6 +69,17 @@ class GridSearch(Strategy):
     def start(self, history: Sequence[tuple[Candidate, Evaluation]]) -> None:
         self._done.update(c.key for c, _ in history)
 
+    def upcoming(self, n: int) -> list[Genome]:
+        """The next n points of the fixed order that the next asks will return (nothing is
+        consumed: ask() still returns them)."""
+        out, i = [], self._next
+        while i < len(self.points) and len(out) < n:
+            g = self.points[i]
+            i += 1
+            if g.key not in self._done:
+                out.append(g)
+        return out
+
     def ask(self) -> list[Candidate]:
         out = []
         while self._next < len(self.points) and len(out) < self.batch:

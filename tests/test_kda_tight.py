@@ -61,14 +61,10 @@ def test_tight_fits_six_ctas_an_sm_and_launches_as_compact(name):
 
 
 def _kda_prep(tmp_path, genome):
-    from fitness.compile import Compiler  # noqa: PLC0415
+    """kda_prep's compile result, its SASS opcode counts and lines (tests/test_kda_template.py's reader)."""
+    from tests.test_kda_template import _prep_sass  # noqa: PLC0415
 
-    res = Compiler(tmp_path).compile(FAMILY.render(genome), FAMILY.compile_flags(genome))
-    assert res.ok, res.log[-2000:]
-    if not res.sass:
-        pytest.skip("no cuobjdump: " + res.log[-300:])
-    text = res.sass.split("Function : kda_prep")[1].split("Function :")[0]
-    lines = [ln.split("*/", 1)[1].split(";")[0].strip() for ln in text.splitlines() if ln.strip().startswith("/*") and ";" in ln]
+    res, lines = _prep_sass(genome, tmp_path)
     return res, collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0] for x in lines), lines
 
 
@@ -91,7 +87,7 @@ def test_tight_prep_is_compacts_arithmetic_at_40_registers_with_one_more_barrier
 
 def _template_before_v8() -> str:
     try:
-        out = subprocess.run(["git", "show", f"{PRE_V8}:kernels/kda/template.cu"], cwd=REPO, capture_output=True,
+        out = subprocess.run(["git", "show", f"{PRE_V8}:kernels/kda/template.cu"], cwd=REPO, capture_output=True, check=False,
                              text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"no git: {exc}")

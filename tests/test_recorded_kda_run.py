@@ -13,17 +13,12 @@ import json
 
 import pytest
 
-from evo.config import from_dict
-from evo.lessons import prior_evaluations, seed_genomes
-from evo.run import Run, new_run_info
-from evo.rundir import without_nulls
-from evo.store import open_store
 from fitness.family import load_family
 from fitness.records import Evaluation, Status
-from fitness.replay import ReplayEvaluator
 from genomes import load_space
 from genomes.kda import NAMED
 from tests.conftest import REPO
+from tests.recorded_runs import recorded_config, replay_recording
 
 RECORDING = REPO / "results" / "kda_fwd_h200_run.json.gz"
 SCENARIOS = ["fixed/H96", "mixed/H96", "uniform/H96", "fixed/H64", "mixed/H64", "uniform/H64"]
@@ -34,25 +29,14 @@ def recording():
     return json.loads(gzip.decompress(RECORDING.read_bytes()))
 
 
-def recorded_config(recording):
-    # paths in the config (seed files, if any) are relative to its folder: made from experiments/
-    cfg = from_dict(without_nulls(recording["config"]), source=str(REPO / "experiments" / "kda_fwd_h200.toml"))
-    return cfg.with_overrides({"evaluator.kind": "replay", "evaluator.replay": str(RECORDING),
-                               "output.progress": False})
+CONFIG = REPO / "experiments" / "kda_fwd_h200.toml"     # the record was made from experiments/
 
 
 def test_replay_reproduces_the_recorded_kda_search(recording):
-    cfg = recorded_config(recording)
+    cfg = recorded_config(recording, RECORDING, CONFIG)
     assert cfg.experiment.family == "kda" and cfg.experiment.space_version == "v7"
     assert cfg.objective.metric == "min_speedup" and cfg.objective.baseline == "flashkda"
-    space = load_space("kda", cfg.experiment.space_version)
-    store = open_store("memory://")
-    store.create_run(new_run_info(cfg, "replay"))
-    summary = Run(cfg, space, store, ReplayEvaluator.from_file(RECORDING), "replay",
-                  seeds=seed_genomes(cfg, space), prior=prior_evaluations(cfg, space)).optimize()
-
-    recorded = [(x["key"], x["generation"], x["operator"], tuple(x["parents"])) for x in recording["lineage"]]
-    replayed = [(r.key, r.generation, r.operator, r.parents) for r in store.records("replay")]
+    store, summary, recorded, replayed = replay_recording(recording, RECORDING, CONFIG)
     assert len(recorded) == 48 and replayed == recorded
     by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
     for r in store.records("replay"):              # verdict for verdict

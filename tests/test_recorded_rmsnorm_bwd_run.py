@@ -15,15 +15,11 @@ import json
 
 import pytest
 
-from evo.config import from_dict
-from evo.lessons import prior_evaluations, seed_genomes
-from evo.run import Run, new_run_info
-from evo.rundir import without_nulls
-from evo.store import open_store
 from fitness.records import Evaluation, Status
-from fitness.replay import ReplayEvaluator
 from genomes import load_space
 from tests.conftest import REPO
+from tests.recorded_runs import recorded_config as shared_recorded_config
+from tests.recorded_runs import replay_recording
 
 RECORDING = REPO / "results" / "archive" / "session12" / "rmsnorm_bwd_h200_run.json.gz"
 RECORDING_V4 = REPO / "results" / "archive" / "session13" / "rmsnorm_bwd_h200_run.json.gz"
@@ -35,11 +31,11 @@ def recording():
     return json.loads(gzip.decompress(RECORDING.read_bytes()))
 
 
+CONFIG = REPO / "experiments" / "rmsnorm_bwd_h200.toml"   # seed_genomes is relative to it: made from experiments/
+
+
 def recorded_config(recording, path=RECORDING, **overrides):
-    # seed_genomes is relative to the config's folder: the record was made from experiments/
-    cfg = from_dict(without_nulls(recording["config"]), source=str(REPO / "experiments" / "rmsnorm_bwd_h200.toml"))
-    return cfg.with_overrides({"evaluator.kind": "replay", "evaluator.replay": str(path),
-                               "output.progress": False, **overrides})
+    return shared_recorded_config(recording, path, CONFIG, **overrides)
 
 
 def replayed_verdicts(path, version, count):
@@ -55,14 +51,8 @@ def replayed_verdicts(path, version, count):
 def replay(recording, path, version, count):
     """Replay `recording` from its own config; the store, after checking the order of asks."""
     cfg = recorded_config(recording, path)
-    space = load_space("rmsnorm_bwd", cfg.experiment.space_version)
-    assert space.name == "rmsnorm_bwd" and cfg.experiment.space_version == version
-    store = open_store("memory://")
-    store.create_run(new_run_info(cfg, "replay"))
-    summary = Run(cfg, space, store, ReplayEvaluator.from_file(path), "replay",
-                  seeds=seed_genomes(cfg, space), prior=prior_evaluations(cfg, space)).optimize()
-    recorded = [(x["key"], x["generation"], x["operator"], tuple(x["parents"])) for x in recording["lineage"]]
-    replayed = [(r.key, r.generation, r.operator, r.parents) for r in store.records("replay")]
+    assert cfg.experiment.family == "rmsnorm_bwd" and cfg.experiment.space_version == version
+    store, summary, recorded, replayed = replay_recording(recording, path, CONFIG)
     assert len(recorded) == count and replayed == recorded
     return store, summary
 

@@ -4,6 +4,11 @@ Runs CHECK once, then BENCH per benchmark case (wall time per case, first and se
 one whole BENCH job under cProfile, and prints the hottest functions.
 
     python experiments/scripts/profile_judge.py --matrix quack:bf16 --reps 50 [--check-per-case]
+
+With --slice CONFIG (a grid config, e.g. experiments/rmsnorm_fwd_slice_h200.toml) the jobs are the
+ones that run's judge sends: its matrix, the credited check cases, its reps, warm-up and
+baseline_reps, and the grid point --point (default 768: the first genome the slice had left after
+session 15) instead of the default genome.
 """
 
 from __future__ import annotations
@@ -21,6 +26,27 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
+def slice_setup(config: str, point: int, fam, timing):
+    """(genome, credited check cases, TimingConfig, matrix) of a grid config's judge (evo.evaluators'
+    build_evaluator makes the same)."""
+    from dataclasses import replace
+
+    from evo.config import load_config
+    from evo.strategies.grid import grid_points, subspace
+    from fitness.family import credited_check_cases
+    from genomes import load_space
+
+    cfg = load_config(config)
+    space = load_space(cfg.experiment.family, cfg.experiment.space_version)
+    points = list(grid_points(space, subspace(space, cfg.search.grid.fixed, cfg.search.grid.vary)))
+    ev = cfg.evaluator
+    bench = fam.benchmark_cases(cfg.benchmark.matrix)
+    checks = credited_check_cases(fam.dispatch_key(), bench, fam.check_cases())
+    timing = replace(timing, reps=ev.reps, warmup=ev.warmup, flush_l2=ev.flush_l2, rotate_inputs=ev.rotate_inputs,
+                     max_case_seconds=ev.max_case_seconds, baseline_reps=ev.baseline_reps or None)
+    return points[point], checks, timing, cfg.benchmark.matrix
+
+
 def main() -> int:
     from fitness.compile import Compiler
     from fitness.device import DeviceRunner
@@ -34,16 +60,23 @@ def main() -> int:
     ap.add_argument("--baselines", default="torch")
     ap.add_argument("--check-per-case", action="store_true",
                     help="also time every CHECK case alone and profile one whole CHECK job")
+    ap.add_argument("--slice", default="", help="a grid config: its matrix, credited check cases, timing, a point")
+    ap.add_argument("--point", type=int, default=768, help="--slice: the grid point (index in its fixed order)")
     args = ap.parse_args()
     fam = load_family("rmsnorm")
-    res = Compiler(tempfile.mkdtemp()).compile(fam.render(DEFAULT), fam.compile_flags(DEFAULT))
+    genome, check_cases = DEFAULT, fam.check_cases()
+    timing = TimingConfig(reps=args.reps, baselines=tuple(b for b in args.baselines.split(",") if b))
+    if args.slice:
+        genome, check_cases, timing, args.matrix = slice_setup(args.slice, args.point, fam, timing)
+        print(f"slice {args.slice}: point {args.point} {genome.key}, {len(check_cases)} credited check cases, "
+              f"matrix {args.matrix}, reps {timing.reps}, warmup {timing.warmup}, baseline_reps {timing.baseline_reps}")
+    res = Compiler(tempfile.mkdtemp()).compile(fam.render(genome), fam.compile_flags(genome))
     assert res.ok, res.log
     cubin = Path(res.cubin_path).read_bytes()
-    timing = TimingConfig(reps=args.reps, baselines=tuple(b for b in args.baselines.split(",") if b))
 
     def job(stage, cases, i=0):
-        return Job(job_id=f"p{i}", key=DEFAULT.key, stage=stage, family="rmsnorm", family_root=str(KERNELS_DIR),
-                   cubin=cubin, cases=tuple(cases), launches={c.id: fam.launch(DEFAULT, c) for c in cases},
+        return Job(job_id=f"p{i}", key=genome.key, stage=stage, family="rmsnorm", family_root=str(KERNELS_DIR),
+                   cubin=cubin, cases=tuple(cases), launches={c.id: fam.launch(genome, c) for c in cases},
                    seed=i, timing=timing)
 
     import fitness.device as devmod
@@ -78,13 +111,13 @@ def main() -> int:
     for rnd in (1, 2):
         t = time.time()
         split.clear()
-        r = runner.run(job(CHECK, fam.check_cases(), rnd))
-        print(f"CHECK {rnd}: {len(fam.check_cases())} cases {time.time() - t:.2f}s {r.status.value} | "
+        r = runner.run(job(CHECK, check_cases, rnd))
+        print(f"CHECK {rnd}: {len(check_cases)} cases {time.time() - t:.2f}s {r.status.value} | "
               + " ".join(f"{k}={v:.3f}" for k, v in sorted(split.items())))
     if args.check_per_case:
         # which CHECK cases the CHECK's seconds go to (one job per case, after the warm rounds above)
         rows = []
-        for i, c in enumerate(fam.check_cases()):
+        for i, c in enumerate(check_cases):
             t = time.time()
             split.clear()
             r = runner.run(job(CHECK, [c], 500 + i))
@@ -94,7 +127,7 @@ def main() -> int:
         print(f"check cases one by one: {sum(r[0] for r in rows):.2f}s over {len(rows)}")
         prof = cProfile.Profile()
         prof.enable()
-        runner.run(job(CHECK, fam.check_cases(), 777))
+        runner.run(job(CHECK, check_cases, 777))
         prof.disable()
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("cumtime").print_stats(30)

@@ -46,6 +46,8 @@ from fitness.toolchain import ToolchainError, find_nvcc, find_tool, tool_env, to
 
 BASE_FLAGS = ("-O3", "-std=c++17", "-Xptxas", "-v", "-lineinfo")
 _NO_SASS = "note: SASS not disassembled"
+#: the log line of a compile nvcc did not finish in timeout_s (such a result is not cached)
+TIMEOUT_NOTE = "timeout: nvcc killed after"
 _STALE_TMP_S = 3600.0      # a temporary build folder older than this belongs to a dead process
 
 
@@ -225,7 +227,7 @@ class Compiler:
             cubin = tmp / "kernel.cubin"
             ok = rc == 0 and cubin.is_file()
             if timed_out:
-                log += f"\ntimeout: nvcc killed after {self.timeout_s}s"
+                log += f"\n{TIMEOUT_NOTE} {self.timeout_s}s"
             resources = parse_ptxas(log)
             sass = ""
             if ok:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fitness import objectives as obj
+from fitness.compile import TIMEOUT_NOTE
 from fitness.cascade import Settings, is_unsupported, run_cascade, stage0_compile
 from fitness.evaluator import Evaluator
 from fitness.family import KERNELS_DIR, KernelFamily, credited_check_cases, load_family
@@ -70,6 +71,11 @@ def _check_metric(metric: str) -> None:
 def _compile_only(compiler: Any, items: Sequence[tuple[str, tuple[str, ...]]]) -> dict[str, Any]:
     compiler.compile_many(items)
     return {}                       # nothing staged: evaluate() runs stage 0, finding the cache warm
+
+
+def _timed_out(c: Any) -> bool:
+    """A candidate stopped because nvcc ran out of time (its compile log ends with the note)."""
+    return c.status is Status.COMPILE_ERROR and TIMEOUT_NOTE in str(c.artifacts.get("compile_log", ""))
 
 
 class GPUEvaluator(Evaluator):
@@ -232,7 +238,10 @@ class GPUEvaluator(Evaluator):
 
     def _stage0_ahead(self, genomes: Sequence[Genome], settings: Settings, compiler: Any) -> dict[str, Any]:
         cands = stage0_compile(genomes, settings, compiler, space=self.space)
-        return {c.genome.key: c for c in cands}
+        # a compile that timed out is not cached (a loaded machine may finish it next time): not a
+        # verdict made ahead; evaluate()'s own stage 0 compiles it again, as it did after a
+        # background compile before stage 0 ran ahead
+        return {c.genome.key: c for c in cands if not _timed_out(c)}
 
     def _take_staged(self, genomes: Sequence[Genome], base: Settings, space: Any) -> dict[str, Any]:
         """The background stage 0 of these genomes (waited for), for the genomes it finished.

@@ -508,6 +508,36 @@ def test_a_background_stage_0_that_fails_leaves_the_batch_to_evaluate(tmp_path):
         ev.evaluate(genomes)
 
 
+def test_a_compile_that_timed_out_in_the_background_is_compiled_again_in_evaluate(tmp_path):
+    """A timed-out nvcc is not cached (fitness.compile: a loaded machine may finish it next time),
+    and before stage 0 ran ahead evaluate() compiled it again after the background compile: a
+    timeout in the background (nvcc beside another batch's compiles) must not become the verdict."""
+    class SlowOnce(FakeCompiler):
+        def __init__(self, tmp):
+            super().__init__(tmp)
+            self.calls = 0
+
+        def compile_many(self, items):
+            self.calls += 1
+            if self.calls == 1:
+                self.batches.append(len(items))
+                return [CompileResult(ok=False, source_hash=hashlib.sha256(s.encode()).hexdigest(), arch="sm_90a",
+                                      flags=tuple(f), cubin_path=None, log="\ntimeout: nvcc killed after 180s")
+                        for s, f in items]
+            return super().compile_many(items)
+
+    genomes = [g("ok", 2.0)]
+    compiler = SlowOnce(tmp_path)
+    ev = GPUEvaluator(FAMILY, SPACE, family_root=tmp_path, compiler=compiler,
+                      pool=FakePool({x.key: x for x in genomes}), baselines=())
+    ev.prefetch(genomes)
+    ev._prefetched[genomes[0].key].result()
+    out = ev.evaluate(genomes)
+    assert compiler.batches == [1, 1]
+    assert [e.status for e in out] == [Status.OK]
+    assert "staged" not in json.loads(out[0].artifacts["batch_seconds"])
+
+
 def test_staged_candidates_are_not_taken_for_raw_sources(tmp_path):
     """evaluate_raw judges through another family (fitness.raw): a prefetched stage 0 of the
     evaluator's own family is never taken for it."""

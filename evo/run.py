@@ -228,18 +228,19 @@ class Run:
 
     def _lookahead(self, n: int, in_flight: int) -> list[Genome]:
         """Genomes the current strategy's next ask will bring (Strategy.upcoming), not yet
-        answered or recorded: at most n, for the evaluator to compile while the last chunk of
-        this ask is judged. None when the budget ends with the chunk in flight, or the wall time
+        answered or recorded: at most n, and no more than the budget judges after the chunk in
+        flight, for the evaluator to compile while the last chunk of this ask is judged. None when the budget ends with the chunk in flight, or the wall time
         would run out before another chunk (a compile nobody judges only keeps the close waiting),
         or evaluator.judge_ahead is off."""
-        if not self.cfg.evaluator.judge_ahead or self._remaining() <= in_flight:
+        left = self._remaining() - in_flight           # what the budget still judges after this chunk
+        if not self.cfg.evaluator.judge_ahead or left <= 0:
             return []
         limit = self.cfg.budget.wall_time_s
         if limit and self.elapsed_s + 2 * self._chunk_s >= limit:
             return []
         strategy = self.stages[self.stage_index].strategy
         return [g for g in strategy.upcoming(4 * n)
-                if g.key not in self.recorded and g.key not in self.answered][:n]
+                if g.key not in self.recorded and g.key not in self.answered][:min(n, left)]
 
     def _record(self, stage: Stage, c: Candidate, ev: Evaluation) -> Record:
         try:

@@ -171,3 +171,35 @@ def test_grid_lookahead_stops_when_the_wall_time_would_not_reach_another_chunk(s
     # the first chunk's lookahead was asked before any chunk had a duration; after 0.3 s, another
     # 2 x 0.3 s would pass the 0.5 s budget: no compile for a chunk that is never judged
     assert slow.hints == 1 and len(store.records("slice")) == 14
+
+
+def test_grid_lookahead_hands_over_no_more_than_the_budget_will_judge(synthetic_space, synthetic_table):
+    """On an ask's last chunk the next ask's first chunk is handed over, but only as much of it as
+    the evaluation budget leaves after the chunk in flight: a stage 0 nobody judges is wasted CPU
+    and keeps the evaluator's close waiting for it."""
+    points = list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY)))
+
+    class Recording:
+        batch_size = 3                                # 7 per ask: chunks of 3, 3, 1
+
+        def __init__(self):
+            self.judged: list[str] = []
+            self.hints: list[tuple[int, list[str]]] = []
+
+        def evaluate(self, genomes):
+            self.judged += [g.key for g in genomes]
+            return synthetic_table.evaluate(genomes)
+
+        def prefetch(self, genomes):
+            self.hints.append((len(self.judged), [g.key for g in genomes]))
+
+    store = open_store("memory://")
+    cfg = grid_cfg(evaluations=15)
+    store.create_run(new_run_info(cfg, "slice"))
+    rec = Recording()
+    Run(cfg, synthetic_space, store, rec, "slice").optimize()
+    keys = [g.key for g in points]
+    assert rec.judged == keys[:15]
+    # at 13 (the second ask's last chunk, 1 genome) the budget leaves one more genome: 14 alone
+    assert rec.hints[-1] == (13, keys[14:15])
+    assert all(k in rec.judged for _, hint in rec.hints for k in hint)

@@ -126,10 +126,21 @@ def disassemble(cubin_path: str, cuobjdump: str | None = None, timeout_s: float 
 #: (static checks, promises, the summary), and a listing of an RMSNorm candidate is ~12k lines,
 #: ~50 ms to parse each time (session 15: 1.3 s of every 4-genome batch, the GPU idle meanwhile)
 PARSE_CACHE = 8
+#: a listing longer than this is parsed each time, not kept: a candidate written to emit a huge
+#: listing must not make the cache hold gigabytes (~50x an RMSNorm candidate's ~1 MB)
+PARSE_CACHE_MAX_CHARS = 64 << 20
+
+
+def _parse(sass: str) -> tuple[Instruction, ...]:
+    return _parse_kept(sass) if len(sass) <= PARSE_CACHE_MAX_CHARS else _parse_listing(sass)
 
 
 @functools.lru_cache(maxsize=PARSE_CACHE)
-def _parse(sass: str) -> tuple[Instruction, ...]:
+def _parse_kept(sass: str) -> tuple[Instruction, ...]:
+    return _parse_listing(sass)
+
+
+def _parse_listing(sass: str) -> tuple[Instruction, ...]:
     result: list[Instruction] = []
     function = ""
     for line in sass.splitlines():
@@ -141,8 +152,18 @@ def _parse(sass: str) -> tuple[Instruction, ...]:
     return tuple(result)
 
 
-@functools.lru_cache(maxsize=PARSE_CACHE)
 def _forms(sass: str, function: str | None) -> frozenset[str]:
+    if len(sass) > PARSE_CACHE_MAX_CHARS:
+        return _forms_of(sass, function)
+    return _forms_kept(sass, function)
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE)
+def _forms_kept(sass: str, function: str | None) -> frozenset[str]:
+    return _forms_of(sass, function)
+
+
+def _forms_of(sass: str, function: str | None) -> frozenset[str]:
     return frozenset(i.form for i in _parse(sass) if function is None or i.function == function)
 
 

@@ -83,15 +83,24 @@ def test_a_listing_is_parsed_once_and_callers_get_their_own_list():
     """Stage 0 asks ~9 questions of each candidate's SASS; it is parsed once (the text is all the
     parse depends on), and a caller that changes its list changes nothing for the next."""
     listing = LISTING + "        /*01b0*/                   NOP ;\n"       # a text no other test parsed
-    before = sass._parse.cache_info()
+    before = sass._parse_kept.cache_info()
     first = sass.instructions(listing)
     sass.opcodes(listing), sass.find(listing, "LDG"), sass.uses_local_memory(listing), sass.has_any(listing, "STL")
-    after = sass._parse.cache_info()
+    after = sass._parse_kept.cache_info()
     assert after.misses == before.misses + 1 and after.hits >= before.hits + 4
     first.clear()
     again = sass.instructions(listing)
     assert again is not first and len(again) == len(sass.instructions(LISTING)) + 1
     assert again[-1].form == "NOP"
+
+
+def test_a_huge_listing_is_parsed_but_not_kept(monkeypatch):
+    """A listing over PARSE_CACHE_MAX_CHARS (a candidate that emits gigabytes of SASS) is answered
+    the same, parsed each time, and never enters the caches."""
+    monkeypatch.setattr(sass, "PARSE_CACHE_MAX_CHARS", len(LISTING) - 1)
+    kept, forms = sass._parse_kept.cache_info(), sass._forms_kept.cache_info()
+    assert sass.instructions(LISTING) == list(sass._parse_listing(LISTING)) and sass.has_any(LISTING, "LDG")
+    assert sass._parse_kept.cache_info() == kept and sass._forms_kept.cache_info() == forms
 
 
 def test_local_memory_and_widths():

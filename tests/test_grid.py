@@ -82,6 +82,25 @@ def test_grid_records_every_point_once_and_resumes(synthetic_space, synthetic_ta
     assert summary.stop_reason == "every stage finished"
 
 
+class PrefetchRecording:
+    """An evaluator of the synthetic table that records what it judged and every prefetch hint,
+    as (genomes judged before the hint, the hint's keys); 3 a chunk (7 per ask: 3, 3, 1)."""
+
+    batch_size = 3
+
+    def __init__(self, table):
+        self.table = table
+        self.judged: list[str] = []
+        self.hints: list[tuple[int, list[str]]] = []
+
+    def evaluate(self, genomes):
+        self.judged += [g.key for g in genomes]
+        return self.table.evaluate(genomes)
+
+    def prefetch(self, genomes):
+        self.hints.append((len(self.judged), [g.key for g in genomes]))
+
+
 def test_grid_hands_the_next_asks_genomes_over_before_they_are_asked(synthetic_space, synthetic_table):
     """The last chunk of an ask used to start with nothing compiling: the grid's next ask is known
     (a fixed order), so the run hands its first chunk to prefetch while that chunk is judged.
@@ -89,24 +108,10 @@ def test_grid_hands_the_next_asks_genomes_over_before_they_are_asked(synthetic_s
     already recorded (a resumed slice) are never handed over."""
     points = list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY)))
 
-    class Recording:
-        batch_size = 3                                # 7 per ask: chunks of 3, 3, 1
-
-        def __init__(self):
-            self.judged: list[str] = []
-            self.hints: list[tuple[int, list[str]]] = []    # (genomes judged before the hint, its keys)
-
-        def evaluate(self, genomes):
-            self.judged += [g.key for g in genomes]
-            return synthetic_table.evaluate(genomes)
-
-        def prefetch(self, genomes):
-            self.hints.append((len(self.judged), [g.key for g in genomes]))
-
     store = open_store("memory://")
     cfg = grid_cfg(evaluations=20)
     store.create_run(new_run_info(cfg, "slice"))
-    rec = Recording()
+    rec = PrefetchRecording(synthetic_table)
     Run(cfg, synthetic_space, store, rec, "slice").optimize()
     keys = [g.key for g in points]
     assert rec.judged == keys[:20] and [r.key for r in store.records("slice")] == keys[:20]
@@ -116,7 +121,7 @@ def test_grid_hands_the_next_asks_genomes_over_before_they_are_asked(synthetic_s
     # (at 17 the budget ends with the chunk in flight: no hint past it)
 
     # a resumed call: the recorded part is answered by the store, and never handed over
-    rec2 = Recording()
+    rec2 = PrefetchRecording(synthetic_table)
     Run(grid_cfg(evaluations=27), synthetic_space, store, rec2, "slice").optimize()
     assert rec2.judged == keys[20:27]
     assert all(k not in keys[:20] for _, hint in rec2.hints for k in hint)
@@ -179,24 +184,10 @@ def test_grid_lookahead_hands_over_no_more_than_the_budget_will_judge(synthetic_
     and keeps the evaluator's close waiting for it."""
     points = list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY)))
 
-    class Recording:
-        batch_size = 3                                # 7 per ask: chunks of 3, 3, 1
-
-        def __init__(self):
-            self.judged: list[str] = []
-            self.hints: list[tuple[int, list[str]]] = []
-
-        def evaluate(self, genomes):
-            self.judged += [g.key for g in genomes]
-            return synthetic_table.evaluate(genomes)
-
-        def prefetch(self, genomes):
-            self.hints.append((len(self.judged), [g.key for g in genomes]))
-
     store = open_store("memory://")
     cfg = grid_cfg(evaluations=15)
     store.create_run(new_run_info(cfg, "slice"))
-    rec = Recording()
+    rec = PrefetchRecording(synthetic_table)
     Run(cfg, synthetic_space, store, rec, "slice").optimize()
     keys = [g.key for g in points]
     assert rec.judged == keys[:15]

@@ -203,11 +203,7 @@ class GPUEvaluator(Evaluator):
         if not self.stage0_ahead:
             self._prefetch_compiles(genomes)
             return
-        todo = []
-        for g in genomes:
-            if g.key in self._prefetched or any(g.key == t.key for t in todo):
-                continue
-            todo.append(g)
+        todo = list({g.key: g for g in genomes if g.key not in self._prefetched}.values())
         if not todo:
             return
         if self._prefetch_pool is None:

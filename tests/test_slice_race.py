@@ -162,3 +162,37 @@ def test_device_script_restores_a_slice_and_goes_on(tmp_path, synthetic_space, s
         run = Run(grid_cfg(), synthetic_space, store, synthetic_table, "slice")
         run.optimize()
         assert run.new_evaluations == store.count("slice") - 30 > 0
+
+
+def test_a_slice_resumed_with_a_larger_grid_batch_records_the_same_genomes_in_the_same_order(
+        tmp_path, synthetic_space, synthetic_table):
+    """record_slice.py --grid-batch (several GPUs: more genomes an ask) changes how many the grid
+    asks at once, never which or in what order: a slice begun at batch 7 and finished at 40 holds
+    the records of one run at 7, key for key, in order."""
+    from evo.run import Run, new_run_info
+    from evo.session import dump_run
+    from evo.store import open_store
+    from evo.strategies.grid import grid_points, subspace
+    from tests.test_grid import FIXED, VARY, grid_cfg
+
+    spec = importlib.util.spec_from_file_location("record_slice", REPO / "experiments/device/record_slice.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    whole = f"sqlite:///{tmp_path / 'whole.db'}"
+    with open_store(whole) as store:
+        store.create_run(new_run_info(grid_cfg(), "slice"))
+        Run(grid_cfg(), synthetic_space, store, synthetic_table, "slice").optimize()
+        expected = [r.key for r in store.records("slice")]
+    first = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_store(first) as store:
+        store.create_run(new_run_info(grid_cfg(evaluations=30), "slice"))
+        Run(grid_cfg(evaluations=30), synthetic_space, store, synthetic_table, "slice").optimize()
+    dump = tmp_path / "slice.json.gz"
+    dump_run(f"{first}#slice", dump)
+    second = f"sqlite:///{tmp_path / 'b.db'}"
+    mod.restore(dump, second)
+    wider = grid_cfg().with_overrides({"search.grid.batch": 40})
+    with open_store(second) as store:
+        Run(wider, synthetic_space, store, synthetic_table, "slice").optimize()
+        assert [r.key for r in store.records("slice")] == expected
+    assert len(expected) == len(list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY))))  # all

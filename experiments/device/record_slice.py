@@ -37,6 +37,10 @@ def main() -> int:
     ap.add_argument("--session-s", type=float, default=540.0, help="judge for at most this long in this call")
     ap.add_argument("--out", required=True, help="where the dump is written after this call")
     ap.add_argument("--runs-dir", default="runs/slice")
+    ap.add_argument("--grid-batch", type=int, default=0,
+                    help="genomes the grid asks at once (0: the config's): on a host of several GPUs give each "
+                         "worker a share (the judge's chunk is 4 a GPU); the order of the asks, hence what is "
+                         "recorded, does not depend on it")
     args = ap.parse_args()
     cfg = load_config(args.config)
     path = Path(args.runs_dir) / time.strftime("%Y%m%d-%H%M%S")
@@ -47,7 +51,10 @@ def main() -> int:
         print(f"restored {run_id} from {args.dump} ({elapsed:.0f} s judged before)", file=sys.stderr)
     else:
         run_id, elapsed = f"{cfg.experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}", 0.0
-    cfg = cfg.with_overrides({"budget.wall_time_s": elapsed + args.session_s})
+    overrides: dict = {"budget.wall_time_s": elapsed + args.session_s}
+    if args.grid_batch:
+        overrides["search.grid.batch"] = args.grid_batch
+    cfg = cfg.with_overrides(overrides)
     summary = execute(RunDir(path, run_id, store_url, cfg))
     dump_run(f"{store_url}#{run_id}", args.out)
     from evo.slice import coverage, load_slice

@@ -2,10 +2,15 @@
 # One device call of the dense slice's recording (issue 19): wheels from .whl/ (carry it), then
 # experiments/device/record_slice.py for SESSION_S seconds (default 540), the dump back in $OUT.
 # Copy $OUT/rmsnorm_fwd_slice_h200.json.gz to results/slice/, commit, call again until "whole".
+# On a host of several GPUs (nvidia-h200-x2/x4/x8) the judge runs one worker per GPU and the grid asks
+# 8 genomes a GPU at once (GRID_BATCH overrides; 16 on one GPU, the config's).
 set -euo pipefail
 . experiments/device/device_lib.sh
 install_wheels
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-python3 experiments/device/record_slice.py --config experiments/rmsnorm_fwd_slice_h200.toml \
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${GPUS:-0}" -gt 1 ] && GRID_BATCH=${GRID_BATCH:-$((8 * GPUS))}
+echo "slice: ${GPUS:-0} GPU(s), grid batch ${GRID_BATCH:-of the config}"
+python3 experiments/device/record_slice.py ${GRID_BATCH:+--grid-batch "$GRID_BATCH"} --config experiments/rmsnorm_fwd_slice_h200.toml \
     --dump results/slice/rmsnorm_fwd_slice_h200.json.gz --session-s "${SESSION_S:-540}" \
     --out "$OUT/rmsnorm_fwd_slice_h200.json.gz" 2>&1 | tail -n 40

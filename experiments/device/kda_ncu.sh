@@ -7,8 +7,8 @@
 #   CASES (uniform: uniform/H96 and uniform/H64, the two scenarios short of 1.3x), NCU_S (240)
 # The GPU's clocks are left alone (--clock-control none, METHOD.md); ncu flushes the caches before
 # every profiled kernel (its default --cache-control all), as the judge flushes L2 before a sample.
-# Files in $OUT (at most 8 come back): kda_ncu.ncu-rep, kda_ncu_raw.csv, kda_ncu.json, kda_ncu.md,
-# kda_ncu.log.
+# Files in $OUT (at most 8 come back): kda_ncu.ncu-rep, kda_ncu_raw.csv, kda_ncu_source.csv (per SASS
+# line: executions and sampled stalls), kda_ncu.json, kda_ncu.md, kda_ncu.log.
 set -o pipefail
 . experiments/device/device_lib.sh
 device_start >/dev/null || exit 1
@@ -16,13 +16,16 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -
 [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 3; }
 GENOMES=${GENOMES:-split-bf16-v2-tight,split-bf16-v2-compact}
 CASES=${CASES:-uniform}
-SECTIONS="SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis Occupancy WarpStateStats SchedulerStats InstructionStats LaunchStats"
+SECTIONS="SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis Occupancy WarpStateStats SchedulerStats InstructionStats LaunchStats SourceCounters"
 timeout -s INT "${NCU_S:-240}" "$NCU" --clock-control none --kernel-name regex:'^kda_(prep|rec)' \
     $(for s in $SECTIONS; do printf -- '--section %s ' "$s"; done) -f -o "$OUT/kda_ncu" \
     python3 experiments/device/kda_prep_probe.py --genomes "$GENOMES" --cases "$CASES" --reps 1 --warmup 0 \
     --out /tmp/kda_ncu_probe.json > "$OUT/kda_ncu.log" 2>&1
 echo "ncu rc=$?"; grep -E "==ERROR==|==WARNING==|Error" "$OUT/kda_ncu.log" | head -5
 "$NCU" --import "$OUT/kda_ncu.ncu-rep" --csv --page raw > "$OUT/kda_ncu_raw.csv" 2>> "$OUT/kda_ncu.log"
+# per SASS instruction: executed count and sampled stalls (SourceCounters), to find the hot lines
+"$NCU" --import "$OUT/kda_ncu.ncu-rep" --csv --page source --print-source sass > "$OUT/kda_ncu_source.csv" 2>> "$OUT/kda_ncu.log" \
+    || echo "no source page (rc $?): see kda_ncu.log"
 python3 experiments/scripts/ncu_kda.py --csv "$OUT/kda_ncu_raw.csv" --probe /tmp/kda_ncu_probe.json \
     --out "$OUT/kda_ncu" --command "GENOMES=$GENOMES CASES=$CASES bash experiments/device/kda_ncu.sh"
 [ -f "$OUT/kda_ncu.md" ] && cat "$OUT/kda_ncu.md"

@@ -3,7 +3,8 @@ v2 adds the order in which the CTAs take the sequences, v3 the split into a chun
 and the recurrence, v4 the recurrence's split over V (CTAs per head and sequence), v5 a leaner
 chunk-parallel kernel (occupancy and its chain of global loads), v6 the recurrence's products on
 wgmma, v7 the two kernels of the split pair overlapped (programmatic dependent launch), v8 a
-chunk-parallel kernel at 6 CTAs per SM (`prep = tight`).
+chunk-parallel kernel at 6 CTAs per SM (`prep = tight`), v9 the recurrence at more CTAs per SM
+(`rec_min_blocks`: its registers capped at 128).
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -183,16 +184,48 @@ V8_CONSTRAINTS = V7_CONSTRAINTS + (
 SPACE_V8 = GeneSpace(name="kda", doc=__doc__ or "",
                      genes=tuple(PREP_V8 if gene.name == "prep" else gene for gene in SPACE_V7.genes),
                      constraints=V8_CONSTRAINTS)
+#: v9 (session 16, kernels/kda/README.md "v9: kda_rec at 4 CTAs an SM"): v8's table leaves uniform/H96
+#: and uniform/H64 at 1.25x, kda_rec 0.43 / 0.29 ms of their 0.96 / 0.65. SPLIT_FIT's chunk time
+#: a + b w (a = 0.33 us of fixed latency, b = 0.35 us a warp on the busiest sub-partition) costs a head
+#: 2a / w + 2b a chunk at rec_v_split 2: w = 3 (three 4-warp CTAs an SM, registers bind at 156) pays
+#: a for 1.5 heads. `rec_min_blocks` sets kda_rec's __launch_bounds__ minimum: 4 at rec_v_split 2 (2
+#: at 1) caps ptxas at 128 registers, which it meets without spills (one-tile kernels, nvcc 13.0), so
+#: w = 4 and uniform's CTAs fit 3 waves instead of 4 (H96) and 2 instead of 3 (H64). Same code: the
+#: twin's outputs bit for bit. Legacy 1: v8's kernel.
+REC_MIN_BLOCKS = Choice("rec_min_blocks", options=(1, 2, 4), group="geometry", legacy=1,
+                        doc="kda_rec's __launch_bounds__ minimum CTAs per SM: 1 (ptxas's own registers) | 2 "
+                            "(rec_v_split 1) and 4 (rec_v_split 2): registers capped at 128, 2 / 4 CTAs an SM "
+                            "(kernels = split, one-tile operands, mma_sync, prep_overlap = none); v9")
+#: rec_v_split -> the rec_min_blocks that caps its registers at 128 (65,536 / (threads x 128))
+REC_MIN_BLOCKS_FOR_SPLIT = {1: 2, 2: 4}
+V9_CONSTRAINTS = V8_CONSTRAINTS + (
+    implies("rec_min_blocks_needs_split_kernels", ("rec_min_blocks", "kernels"), lambda v: v["rec_min_blocks"] != 1,
+            lambda v: v["kernels"] == "split", "only kda_rec (kernels = split) has the bound; the fused kernel is "
+            "one 8-warp CTA an SM by design"),
+    implies("rec_min_blocks_caps_at_128_registers", ("rec_min_blocks", "rec_v_split"),
+            lambda v: v["rec_min_blocks"] != 1,
+            lambda v: REC_MIN_BLOCKS_FOR_SPLIT.get(v["rec_v_split"]) == v["rec_min_blocks"],
+            "2 goes with rec_v_split 1 and 4 with 2 (128 registers a thread); at rec_v_split 4 shared memory "
+            "already holds kda_rec at 4 CTAs an SM"),
+    implies("rec_min_blocks_needs_one_tile_operands", ("rec_min_blocks", "split_s", "split_u", "split_w", "split_intra"),
+            lambda v: v["rec_min_blocks"] != 1,
+            lambda v: not (v["split_s"] or v["split_u"] or v["split_w"] or v["split_intra"]),
+            "ptxas fits kda_rec in 128 registers without spills for one bf16 tile per operand; split U needs 161-182"),
+    implies("rec_min_blocks_needs_mma_sync_and_no_overlap", ("rec_min_blocks", "rec_mma", "prep_overlap"),
+            lambda v: v["rec_min_blocks"] != 1, lambda v: v["rec_mma"] == "mma_sync" and v["prep_overlap"] == "none",
+            "checked for the mma.sync kda_rec after kda_prep; the wgmma kernel and v7's overlap budget are not"),
+)
+SPACE_V9 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V8.genes + (REC_MIN_BLOCKS,), constraints=V9_CONSTRAINTS)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
-          "v7": SPACE_V7, "v8": SPACE_V8}
-SPACE = SPACE_V8
+          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9}
+SPACE = SPACE_V9
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
 #: launch order, fused (its key is v1's: `order` and `kernels` are at their legacy values)
 DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index",
                           kernels="fused", rec_v_split=1, prep="v3", rec_mma="mma_sync", prep_overlap="none",
-                          prep_ctas_per_sm=3))
+                          prep_ctas_per_sm=3, rec_min_blocks=1))
 
 #: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
 #: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
@@ -249,8 +282,14 @@ NAMED = {
     "split-bf16-v2-tight-longest": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
                                                    kernels="split", rec_v_split=2, prep="tight",
                                                    order="longest_first")),
+    # v9: the tight pairs with kda_rec at 128 registers: 4 CTAs an SM at rec_v_split 2, 2 at 1
+    # (outputs equal the twin's bit for bit)
+    "split-bf16-v2-tight-r4": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                              kernels="split", rec_v_split=2, prep="tight", rec_min_blocks=4)),
+    "split-bf16-tight-r2": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                           kernels="split", prep="tight", rec_min_blocks=2)),
 }
 
 __all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PDL_MAX_PREP_CTAS", "PREP", "PREP_CTAS_PER_SM", "PREP_OVERLAP",
-           "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5",
-           "SPACE_V6", "SPACE_V7", "SPACE_V8"]
+           "REC_MIN_BLOCKS", "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5",
+           "SPACE_V6", "SPACE_V7", "SPACE_V8", "SPACE_V9"]

@@ -22,15 +22,15 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 def test_space_is_registered_and_default_is_in_it():
     from genomes.kda import SPACE_V1, SPACE_V2, SPACE_V3, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 9216 and SPACES["v7"].size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
+    assert load_space("kda") is SPACE and SPACE.size() == 27648 and SPACES["v8"].size() == 9216 and SPACES["v7"].size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
     assert SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
-    assert SPACE_V3.names == SPACE.names[:-5] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
+    assert SPACE_V3.names == SPACE.names[:-6] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
     assert DEFAULT.key == SPACE_V3.make({k: DEFAULT[k] for k in SPACE_V3.names}).key
     assert DEFAULT["chunk"] == 16 and DEFAULT["split_s"] and DEFAULT["split_intra"] and not DEFAULT["split_w"]
     assert DEFAULT["order"] == "index" and DEFAULT["kernels"] == "fused"
     assert DEFAULT.key == SPACE_V1.make({k: DEFAULT[k] for k in SPACE_V1.names}).key
     assert DEFAULT.key == SPACE_V2.make({k: DEFAULT[k] for k in SPACE_V2.names}).key
-    assert SPACE_V2.names == SPACE.names[:-6] and "kernels" not in SPACE_V2.names     # v2 as recorded
+    assert SPACE_V2.names == SPACE.names[:-7] and "kernels" not in SPACE_V2.names     # v2 as recorded
 
 
 def test_render_is_pure_and_sets_every_define():
@@ -105,8 +105,9 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     # split genomes at rec_v_split 1 or 2 (2 orders x 3 preps) again with rec_mma = wgmma (v6); v7's
     # prep_overlap = pdl on the compact, one-tile, index-order genomes at every prep_ctas_per_sm that
     # leaves each SM sub-partition room for a kda_rec warp (tests/test_kda_overlap.py); v8's prep =
-    # tight on compact's 24 and on the 4 compact wgmma genomes (not with pdl)
-    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12 + 8 + 24 + 4
+    # tight on compact's 24 and on the 4 compact wgmma genomes (not with pdl); v9's rec_min_blocks on
+    # the one-tile, mma.sync, non-overlapped split genomes at rec_v_split 1 and 2 (2 orders x 4 preps)
+    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12 + 8 + 24 + 4 + 16
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])

@@ -4,7 +4,11 @@
 # after every scenario (copy them to results/kda_fwd_h200.*), then Triton's cache saved for the
 # next call (fla_triton.tgz[.partN]: copy into .peers/ and carry).
 #   carry: .whl .peers/flashkda_ext.tgz .peers/flashkda_ext.commit [.peers/fla_triton.tgz or its parts]
-#   GENOMES (session 16's default: v8's tight kda_prep, 6 CTAs per SM: split-bf16-v2-tight, -tight,
+#   GENOMES (session 17's default: v9's kda_rec at 128 registers, split-bf16-v2-tight-r4 (4 CTAs an SM)
+#   and split-bf16-tight-r2 (2), README "v9", predicted uniform/H96 0.91-0.92 ms and uniform/H64
+#   0.60-0.61 (1.30-1.37x); v8's split-bf16-v2-tight, -tight, -v2-tight-longest (the best on mixed),
+#   v5's split-bf16-v2-compact (the baseline), v7's split-bf16-v2-compact-pdl3 (the best on fixed/H64).
+#   Session 16's default: v8's tight kda_prep, 6 CTAs per SM: split-bf16-v2-tight, -tight,
 #   -v2-tight-longest, README "v8", predicted 1.30-1.37x FlashKDA on uniform and fixed/H96; the
 #   search's longest-first split-bf16-v2-compact-longest (session 15: mixed 1.43x / 1.52x); v5's
 #   v2-compact and compact, the baseline; v7's v2-compact-pdl3, the best on fixed/mixed H64.
@@ -18,9 +22,9 @@
 #   (1.20-1.60x FlashKDA), the baseline of the overlap; v6's wgmma genomes dropped: slower than
 #   mma.sync on the H200, e.g. fixed/H64 0.847 vs 0.745 ms; 5 genomes: ~75 s of table (estimate,
 #   session 13's ~15 s a genome), well inside TABLE_S and BUDGET_S),
-#   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-v2-compact, -v2-tight, -v2-compact-pdl3, -pdl2, each
-#   launch timed apart: kda_prep alone at 5, 6, 3 and 2 CTAs per SM), PROBE_S (90: after the table; 0:
-#   no probe),
+#   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-v2-tight, -v2-tight-r4, -tight, -tight-r2, each
+#   launch timed apart: kda_rec alone at 3 vs 4 and 1 vs 2 CTAs an SM), PROBE_S (90: after the table;
+#   0: no probe),
 #   BUDGET_S (300: no scenario starts later), TABLE_S (380: the table's hard limit; what it finished is
 #   on disk; with PROBE_S and the peers' restore the call stays under a 600 s command), CASES (e.g. H96),
 #   REPS (50)
@@ -34,7 +38,7 @@ set -o pipefail
 device_start >/dev/null || exit 1
 # the peers' restore logs at the head of kda_fwd.log (the device returns at most 8 files from $OUT)
 . experiments/device/kda_peers_build.sh > "$OUT/kda_fwd.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_fwd.log"
-GENOMES="${GENOMES:-split-bf16-v2-tight,split-bf16-tight,split-bf16-v2-tight-longest,split-bf16-v2-compact-longest,split-bf16-v2-compact,split-bf16-compact,split-bf16-v2-compact-pdl3}"
+GENOMES="${GENOMES:-split-bf16-v2-tight-r4,split-bf16-tight-r2,split-bf16-v2-tight,split-bf16-tight,split-bf16-v2-tight-longest,split-bf16-v2-compact,split-bf16-v2-compact-pdl3}"
 if ! grep -q "as_launches" experiments/device/kda_fwd_table.py; then
     echo "kda_fwd_table.py launches one kernel per genome: split genomes left out of $GENOMES"
     GENOMES=$(echo "$GENOMES" | tr ',' '\n' | grep -v '^split' | paste -sd, -); GENOMES="default,${GENOMES}"

@@ -3,7 +3,9 @@
 # v8"): Nsight Compute's counters of one launch of each kernel of each genome on each scenario, the
 # launches made by kda_prep_probe.py (each kernel apart, as the probe times them), then one table.
 #   carry: .whl      (about 60-120 s on a warm machine: ncu replays each kernel once per pass)
-#   GENOMES (split-bf16-v2-tight,split-bf16-v2-compact: tight at 6 CTAs an SM beside compact at 5),
+#   GENOMES (split-bf16-v2-tight,split-bf16-v2-tight-r4: v8's pair beside v9's, kda_rec at 3 and 4 CTAs an
+#   SM; the shared-memory carveout the driver chose for each is in the table: six tight kda_prep CTAs
+#   and four r4 kda_rec ones need the 228 KB split, which the runner does not ask for them),
 #   CASES (uniform: uniform/H96 and uniform/H64, the two scenarios short of 1.3x), NCU_S (240)
 # The GPU's clocks are left alone (--clock-control none, METHOD.md); ncu flushes the caches before
 # every profiled kernel (its default --cache-control all), as the judge flushes L2 before a sample.
@@ -14,7 +16,7 @@ set -o pipefail
 device_start >/dev/null || exit 1
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
 [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 3; }
-GENOMES=${GENOMES:-split-bf16-v2-tight,split-bf16-v2-compact}
+GENOMES=${GENOMES:-split-bf16-v2-tight,split-bf16-v2-tight-r4}
 CASES=${CASES:-uniform}
 SECTIONS="SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis Occupancy WarpStateStats SchedulerStats InstructionStats LaunchStats SourceCounters"
 timeout -s INT "${NCU_S:-240}" "$NCU" --clock-control none --kernel-name regex:'^kda_(prep|rec)' \

@@ -36,10 +36,11 @@ from genomes.kda import NAMED  # noqa: E402
 model = import_sibling(str(ROOT / "kernels" / "kda" / "family.py"), "kernel_model")
 fam = import_sibling(str(ROOT / "kernels" / "kda" / "family.py"), "family")
 
-#: session 16's: compact against v8's tight (6 CTAs per SM) and v7's persistent prep at 3 and 2 per SM
-#: (each launch timed apart: the overlap cannot happen, so kda_prep's time at p CTAs per SM, the
-#: number v8's premise rests on: ~5 / p of compact's if a prep CTA's life is latency)
-DEFAULT_GENOMES = "split-bf16-v2-compact,split-bf16-v2-tight,split-bf16-v2-compact-pdl3,split-bf16-v2-compact-pdl2"
+#: session 17's: v8's tight pairs against v9's, whose kda_rec runs at 4 (rec_v_split 2) and 2 (1)
+#: CTAs an SM: kda_rec's time is what v9's premise rests on (README "v9": uniform/H64's 0.29 ms to
+#: 0.235-0.25 if SPLIT_FIT's a is a latency that more CTAs hide). Session 16's were v2-compact, v2-tight,
+#: v2-compact-pdl3 and -pdl2 (kda_prep alone at 5 / 6 / 3 / 2 CTAs per SM).
+DEFAULT_GENOMES = "split-bf16-v2-tight,split-bf16-v2-tight-r4,split-bf16-tight,split-bf16-tight-r2"
 
 
 def compile_cubin(family: Any, genome: Any, cache_dir: Path) -> bytes:
@@ -88,7 +89,9 @@ def probe_case(backend: Any, family: Any, case: Any, genomes: dict[str, Any], mo
                                reps, warmup)
         prep_ms = sum(t for k, t in launch_ms.items() if k == fam.PREP_ENTRY)
         scale = model.PREP_SCALE_PREDICTED[dict(g).get("prep", "v3")]
-        mp, mr = model.split_fit_ms(p["lens"], p["H"], fam.rec_v_split(g), prep_scale=scale[1])
+        resident = fam.rec_min_blocks(g) if fam.rec_min_blocks(g) > 1 else None    # v9: kda_rec's CTAs an SM
+        mp, mr = model.split_fit_ms(p["lens"], p["H"], fam.rec_v_split(g), prep_scale=scale[1],
+                                    order=dict(g).get("order", "index"), rec_resident=resident)
         row["genomes"][name] = {"launch_ms": launch_ms, "prep_ms": prep_ms, "rec_ms": sum(launch_ms.values()) - prep_ms,
                                 "total_ms": sum(launch_ms.values()),
                                 "model": {"prep_ms": mp, "rec_ms": mr, "prep_scale": list(scale)}}

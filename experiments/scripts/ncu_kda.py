@@ -46,6 +46,7 @@ MAIN = {
     "launch__grid_size": ("grid", 1.0),
     "launch__occupancy_limit_registers": ("CTAs/SM by registers", 1.0),
     "launch__occupancy_limit_shared_mem": ("CTAs/SM by shared memory", 1.0),
+    "launch__shared_mem_config_size": ("shared memory configured KB", 1e-3),   # the carveout the driver chose
 }
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<what>\w+?)_per_issue_active\.ratio$")
 PIPE = re.compile(r"^sm__(?:pipe_(?P<a>\w+?)_cycles_active|inst_executed_pipe_(?P<b>\w+?))"

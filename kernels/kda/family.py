@@ -155,6 +155,12 @@ def rec_wgmma(genome: Mapping[str, Any]) -> bool:
     return dict(genome).get("rec_mma", "mma_sync") == "wgmma"
 
 
+def rec_min_blocks(genome: Mapping[str, Any]) -> int:
+    """kda_rec's __launch_bounds__ minimum CTAs per SM (gene rec_min_blocks, v9; 1 before it):
+    template.cu's KDA_REC_MIN_BLOCKS."""
+    return int(dict(genome).get("rec_min_blocks", 1))
+
+
 def rec_smem_bytes(genome: Mapping[str, Any]) -> int:
     """Bytes of template.cu's KdaRecSmem (kda_rec): REC_STAGES stages of the v slice and a record
     (padded rows), two output slice tiles; a slice row is V / s + 8 bf16 (KDA_REC_VROW)."""
@@ -262,7 +268,8 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
             "KDA_REC_SMEM_BYTES": str(rec_smem_bytes(g)), "KDA_REC_BYTES_HOST": str(rec_bytes(g)),
             "KDA_REC_V_SPLIT": str(rec_v_split(g)), "KDA_PREP_LEAN": str(prep_mode(g)),
             "KDA_PREP_MIN_BLOCKS": str(prep_min_blocks(g)), "KDA_REC_WGMMA": str(int(rec_wgmma(g))),
-            "KDA_PREP_PDL": str(int(prep_pdl(g))), "KDA_REC_MAX_BYTES": str(MAX_REC_BYTES)}
+            "KDA_PREP_PDL": str(int(prep_pdl(g))), "KDA_REC_MAX_BYTES": str(MAX_REC_BYTES),
+            "KDA_REC_MIN_BLOCKS": str(rec_min_blocks(g))}
 
 
 class KDAFamily(op.KDAOperation):

@@ -227,12 +227,15 @@ PREP_SCALE_PREDICTED = {"v3": (1.0, 1.0, 1.0), "lean": (0.60, 0.68, 0.78), "comp
                         "tight": (0.56, 0.59, 0.63)}
 
 
-def split_fit_terms(lens, H: int, split_v: int = 1, order: str = "index") -> tuple[float, float, float, float]:
+def split_fit_terms(lens, H: int, split_v: int = 1, order: str = "index",
+                    rec_resident: int | None = None) -> tuple[float, float, float, float]:
     """The fitted model's regressors for one (scenario, split_v): (kda_prep CTAs / 1000, the busiest
     slot's chunks / 1000, the same times w, its kda_rec CTAs / 1000); time in ms = their dot
-    product with (prep_us, a_us, b_us, cta_us)."""
+    product with (prep_us, a_us, b_us, cta_us). `rec_resident`: kda_rec CTAs an SM (default
+    REC_RESIDENT[split_v]; v9's rec_min_blocks raises it)."""
     ctas = int(H) * int(split_v) * len(lens)
-    per_sm = max(1, min(REC_RESIDENT[int(split_v)], -(-ctas // SMS)))
+    resident = REC_RESIDENT[int(split_v)] if rec_resident is None else int(rec_resident)
+    per_sm = max(1, min(resident, -(-ctas // SMS)))
     steps, busiest = slot_schedule(lens, H, order, SMS, split_v, per_sm)
     w = -(-per_sm * (8 // int(split_v)) // 4)
     slots = sum(int(x) for x in lens) // CHUNK + len(lens)
@@ -241,11 +244,11 @@ def split_fit_terms(lens, H: int, split_v: int = 1, order: str = "index") -> tup
 
 
 def split_fit_ms(lens, H: int, split_v: int = 1, *, prep_scale: float = 1.0, order: str = "index",
-                 fit: dict | None = None) -> tuple[float, float]:
+                 fit: dict | None = None, rec_resident: int | None = None) -> tuple[float, float]:
     """(kda_prep ms, kda_rec ms) by the fitted model; `prep_scale` multiplies kda_prep's cost per
-    CTA (a prediction for a different kda_prep)."""
+    CTA (a prediction for a different kda_prep); `rec_resident` as split_fit_terms'."""
     f = SPLIT_FIT if fit is None else fit
-    x = split_fit_terms(lens, H, split_v, order)
+    x = split_fit_terms(lens, H, split_v, order, rec_resident)
     return prep_scale * f["prep_us"] * x[0], f["a_us"] * x[1] + f["b_us"] * x[2] + f["cta_us"] * x[3]
 
 

@@ -48,6 +48,12 @@
 // offsets), kr in its own tile and dt_bias read from global into registers (no shared copy):
 // 37,648 B, 6 CTAs per SM at 40 registers. Same arithmetic in all four.
 //
+// Rec occupancy (KDA_REC_MIN_BLOCKS, gene rec_min_blocks, v9): kda_rec's __launch_bounds__ minimum
+// CTAs per SM. 1 leaves ptxas its registers (140-159: one 8-warp CTA an SM at rec_v_split 1, three
+// 4-warp ones at 2); 2 at rec_v_split 1 and 4 at 2 cap it at 128 (no spills for the one-tile
+// kernels, nvcc 13.0), so 2 / 4 CTAs share an SM: a chunk's fixed latency (SPLIT_FIT's a) paid for
+// more chains at once. Same code, same arithmetic: outputs equal the twin's bit for bit.
+//
 // Order (KDA_ORDER_LONGEST, 0 or 1): which sequence the CTAs of grid row blockIdx.y run. 0: the
 // blockIdx.y-th; 1: the blockIdx.y-th longest (ties: the lower index first), so the longest
 // chains start in the first wave (list scheduling, longest first: kernel_model.wave_makespan
@@ -62,7 +68,8 @@
     !defined(KDA_SPLIT_INTRA) || !defined(KDA_SMEM_BYTES) || !defined(KDA_ORDER_LONGEST) ||              \
     !defined(KDA_PREP_SMEM_BYTES) || !defined(KDA_REC_SMEM_BYTES) || !defined(KDA_REC_BYTES_HOST) ||          \
     !defined(KDA_REC_V_SPLIT) || !defined(KDA_PREP_LEAN) || !defined(KDA_PREP_MIN_BLOCKS) ||                 \
-    !defined(KDA_REC_WGMMA) || !defined(KDA_PREP_PDL) || !defined(KDA_REC_MAX_BYTES)
+    !defined(KDA_REC_WGMMA) || !defined(KDA_PREP_PDL) || !defined(KDA_REC_MAX_BYTES) ||                 \
+    !defined(KDA_REC_MIN_BLOCKS)
 #error "render the template through kernels/kda/family.py (settings are #defines)"
 #endif
 
@@ -1306,7 +1313,7 @@ __device__ __forceinline__ void kda_rec_body(
     }
 #endif
 #define KDA_REC_ENTRY(NAME, ST)                                                                          \
-    extern "C" __global__ void __launch_bounds__(KDA_REC_THREADS, 1) NAME(                                   \
+    extern "C" __global__ void __launch_bounds__(KDA_REC_THREADS, KDA_REC_MIN_BLOCKS) NAME(                  \
         const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
         const float* A_log, const float* dt_bias, const int* cu_seqlens, const ST* h0, bf16_bits* o,     \
         ST* ht, int T, int H, int N, float scale, float lower_bound, int flags, const unsigned char* ws) { \

@@ -250,6 +250,16 @@ class CupyBackend:
         self.cp.cuda.driver.funcSetAttribute(kernel.ptr, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                                              CU_SHAREDMEM_CARVEOUT_MAX_SHARED)
 
+    def max_active_clusters(self, kernel: Any, launch: Launch) -> int:
+        """Clusters of `launch`'s shape this GPU holds at once (after prepare_kernel: the shared-memory
+        and non-portable-size opt-ins are the launch's); CudaStatusError if the driver refuses."""
+        cluster = tuple(int(c) for c in launch.cluster)
+        runtime = cluster != (1, 1, 1) and self._runtime_cluster.get(int(kernel.ptr), False)
+        status, n = self._driver.max_active_clusters(int(kernel.ptr), launch, cluster if runtime else None)
+        if status:
+            raise CudaStatusError(status, "cuOccupancyMaxActiveClusters")
+        return n
+
     def launch(self, kernel: Any, launch: Launch, args: Sequence[Any]) -> None:
         """Through cupy, or through cuLaunchKernelEx when the launch asks for a cluster the kernel
         was not compiled with, passes a ByValue argument, or may overlap the previous launch

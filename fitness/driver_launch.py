@@ -4,6 +4,8 @@ for a kernel compiled without `__cluster_dims__`), parameters passed by value as
 (fitness.family.ByValue, e.g. a 128-byte CUtensorMap), and programmatic dependent launch
 (Launch.overlap: a CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION attribute, so the
 kernel's CTAs may start once the previous kernel's have all run griddepcontrol.launch_dependents).
+And cuOccupancyMaxActiveClusters (`max_active_clusters`): how many clusters of a launch's shape the
+GPU holds at once, which the CTAs-per-SM arithmetic cannot say (a cluster must fit in one GPC).
 
 The driver is reached with ctypes on libcuda (cupy's driver bindings have no cuLaunchKernelEx).
 The packing is pure and separate from the call, so it is tested on the CPU: `pack_params` lays
@@ -16,7 +18,7 @@ a 64-byte attribute value union after an 8-byte id, the stream handle at offset 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -142,6 +144,23 @@ class DriverLauncher:
     def __init__(self, library: str = "libcuda.so.1"):
         self.library = library
         self._fn: Any = None
+        self._occ: Any = None
+
+    def max_active_clusters(self, function: int, launch: Launch,
+                            cluster: tuple[int, int, int] | None = None) -> tuple[int, int]:
+        """(CUresult, clusters): cuOccupancyMaxActiveClusters for `function` at the launch's block
+        and dynamic shared memory, with a launch-time `cluster` (None: the kernel's compiled
+        __cluster_dims__). A family sizes a clustered grid by CTAs per SM; when fewer clusters fit
+        the GPCs at once, a static schedule runs the rest as a second wave."""
+        if self._occ is None:
+            fn = ctypes.CDLL(self.library).cuOccupancyMaxActiveClusters
+            fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(CUlaunchConfig)]
+            fn.restype = ctypes.c_int
+            self._occ = fn
+        cfg, attrs = launch_config(replace(launch, overlap=False), 0, cluster)
+        n = ctypes.c_int(0)
+        status = self._occ(ctypes.byref(n), ctypes.c_void_p(int(function)), ctypes.byref(cfg))
+        return int(status), int(n.value)
 
     def _launch_fn(self) -> Any:
         if self._fn is None:

@@ -136,6 +136,16 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, 
     for (int i = 0; i < g_n; i++) { memcpy(g_params + off, params[i], g_sizes[i]); off += g_sizes[i]; }
     return extra ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
+static CUlaunchConfig g_occ_cfg; static CUfunction g_occ_f;
+CUresult cuOccupancyMaxActiveClusters(int* n, CUfunction f, const CUlaunchConfig* c) {
+    g_occ_cfg = *c; g_occ_f = f;
+    if (c->numAttrs) g_attr = c->attrs[0];
+    *n = (int)(c->gridDimX / 16u) + 1;          /* a number the test can recognise */
+    return c->blockDimX ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+unsigned int standin_occ_num_attrs(void) { return g_occ_cfg.numAttrs; }
+unsigned int standin_occ_shared(void) { return g_occ_cfg.sharedMemBytes; }
+unsigned long long standin_occ_f(void) { return (unsigned long long)(size_t)g_occ_f; }
 const unsigned char* standin_params(void) { return g_params; }
 unsigned long long standin_f(void) { return (unsigned long long)(size_t)g_f; }
 unsigned int standin_cluster(int i) { return i == 0 ? g_attr.value.clusterDim.x : i == 1 ? g_attr.value.clusterDim.y : g_attr.value.clusterDim.z; }
@@ -217,3 +227,21 @@ def test_an_overlapping_launch_reaches_the_driver_with_the_attribute_of_cuda_h(s
     assert dl.DriverLauncher(str(path)).launch(3, launch, [], pointer_of=int, cluster=(2, 1, 1)) == 0
     assert lib.standin_num_attrs() == 2 and [lib.standin_attr_id_at(i) for i in range(2)] == [4, 6]
     assert lib.standin_pss_at(1) == 1
+
+
+def test_the_cluster_occupancy_query_reaches_the_driver_with_the_launchs_shape(standin):
+    """max_active_clusters hands cuOccupancyMaxActiveClusters the launch's block and shared bytes,
+    the launch-time cluster when given (none for a kernel compiled with its cluster dims), never the
+    overlap attribute (an occupancy question, not a launch), and returns the driver's status and count."""
+    path, lib = standin
+    lib.standin_occ_f.restype = ctypes.c_ulonglong
+    launcher = dl.DriverLauncher(str(path))
+    launch = Launch("k", (128, 1, 1), (512, 1, 1), (), shared_bytes=200_000, cluster=(16, 1, 1), overlap=True)
+    assert launcher.max_active_clusters(0xBEEF, launch, (16, 1, 1)) == (0, 128 // 16 + 1)
+    assert lib.standin_occ_f() == 0xBEEF and lib.standin_occ_shared() == 200_000
+    assert lib.standin_occ_num_attrs() == 1 and lib.standin_attr_id() == dl.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert lib.standin_cluster(0) == 16
+    assert launcher.max_active_clusters(1, launch) == (0, 9) and lib.standin_occ_num_attrs() == 0
+    status, _ = launcher.max_active_clusters(1, Launch("k", (16, 1, 1), (0, 1, 1), ()))
+    assert status != 0
+

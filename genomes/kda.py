@@ -269,7 +269,7 @@ NAMED = {
     "split-bf16-v2-compact-pdl2": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
                                                   kernels="split", rec_v_split=2, prep="compact", prep_overlap="pdl",
                                                   prep_ctas_per_sm=2)),
-    # the search's best of session 15 (aac6ba5a, results/kda_fwd_h200_run.json.gz): v2-compact with
+    # the search's best of session 15 (aac6ba5a, results/archive/session15/kda_fwd_h200_run.json.gz): v2-compact with
     # the longest sequence first (mixed/H96 0.979 ms, mixed/H64 0.664: 1.43x and 1.52x FlashKDA)
     "split-bf16-v2-compact-longest": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
                                                      kernels="split", rec_v_split=2, prep="compact",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import re
-import subprocess
 
 import pytest
 
@@ -100,24 +99,13 @@ def test_kda_rec_fits_128_registers_with_the_twins_arithmetic(tmp_path, name):
     assert _function(a.sass, "kda_prep") == _function(b.sass, "kda_prep")
 
 
-def _template_before_v9() -> str:
-    try:
-        out = subprocess.run(["git", "show", f"{PRE_V9}:kernels/kda/template.cu"], cwd=fam.TEMPLATE.parents[2],
-                             capture_output=True, check=False, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"no git: {exc}")
-    if out.returncode != 0:
-        pytest.skip(f"not a git checkout with {PRE_V9}: {out.stderr.strip()[:200]}")
-    return out.stdout
-
-
 @pytest.mark.parametrize("name", ["split-bf16-v2-tight", "split-bf16-v2-compact-pdl3", "default"])
 def test_other_genomes_sass_is_untouched_by_the_bound(tmp_path, name):
     """Every genome at rec_min_blocks = 1 compiles to the SASS it had before v9, byte for byte
     (sampled: a tight pair, an overlapped one, the fused kernel); the recorded results keep their kernels."""
-    from tests.test_kda_template import assert_same_sass  # noqa: PLC0415
+    from tests.test_kda_template import assert_same_sass, template_at  # noqa: PLC0415
 
-    text, before = fam.TEMPLATE.read_text(), _template_before_v9()
+    text, before = fam.TEMPLATE.read_text(), template_at(PRE_V9)
     assert "KDA_REC_MIN_BLOCKS" in text and "KDA_REC_MIN_BLOCKS" not in before
     assert_same_sass(tmp_path, NAMED[name], text, before)
 

@@ -383,6 +383,21 @@ def without_blocks(text: str, macro: str) -> str:
     return "".join(out)
 
 
+def template_at(commit: str) -> str:
+    """kernels/kda/template.cu as of `commit` (skipped outside a git checkout holding it): what the
+    tests of a new gene compare every other genome's SASS against."""
+    import subprocess  # noqa: PLC0415
+
+    try:
+        out = subprocess.run(["git", "show", f"{commit}:kernels/kda/template.cu"], cwd=fam.TEMPLATE.parents[2],
+                             capture_output=True, check=False, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"no git: {exc}")
+    if out.returncode != 0:
+        pytest.skip(f"not a git checkout with {commit}: {out.stderr.strip()[:200]}")
+    return out.stdout
+
+
 def assert_same_sass(tmp_path, genome, text: str, cut: str) -> None:
     """`genome` rendered from the template `text` and from `cut` compiles to the same SASS, byte for
     byte (skipped without cuobjdump). tests/test_kda_overlap.py uses it too."""

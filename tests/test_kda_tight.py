@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import collections
 import re
-import subprocess
 
 import pytest
 
 from fitness.family import KERNELS_DIR, import_sibling, load_family
 from genomes.kda import NAMED, SPACE, SPACES
-from tests.conftest import REPO
 
 FAMILY = load_family("kda")
 fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
@@ -86,24 +84,13 @@ def test_tight_prep_is_compacts_arithmetic_at_40_registers_with_one_more_barrier
     assert not [x for x in lt[wait:] if re.search(r"\bLDG\.", x)]
 
 
-def _template_before_v8() -> str:
-    try:
-        out = subprocess.run(["git", "show", f"{PRE_V8}:kernels/kda/template.cu"], cwd=REPO, capture_output=True, check=False,
-                             text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"no git: {exc}")
-    if out.returncode != 0:
-        pytest.skip(f"not a git checkout with {PRE_V8}: {out.stderr.strip()[:200]}")
-    return out.stdout
-
-
 @pytest.mark.parametrize("name", ["split-bf16-v2-compact", "split-bf16-compact-wgmma", "default"])
 def test_other_genomes_sass_is_untouched_by_the_tight_prep(tmp_path, name):
     """Every genome with prep != tight compiles to the SASS it had before v8, byte for byte (checked
     by hand on split-bf16-v2-compact, -compact, default; the recorded results keep their kernels)."""
-    from tests.test_kda_template import assert_same_sass  # noqa: PLC0415
+    from tests.test_kda_template import assert_same_sass, template_at  # noqa: PLC0415
 
     text = fam.TEMPLATE.read_text()
-    before = _template_before_v8()
+    before = template_at(PRE_V8)
     assert "KDA_PREP_LEAN == 3" in text and "KDA_PREP_LEAN == 3" not in before
     assert_same_sass(tmp_path, NAMED[name], text, before)

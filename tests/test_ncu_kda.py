@@ -5,20 +5,11 @@ probe itself on stand-ins)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.conftest import REPO
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from tests.test_ncu_table import _load
 
 ncu_kda = _load("ncu_kda")
 

@@ -138,25 +138,39 @@ def test_cli_lessons_build_show_export(slice_file, tmp_path, capsys):
     assert main(["lessons", "show", str(path), "--family", "rmsnorm"]) == 1
 
 
-def test_device_script_restores_a_slice_and_goes_on(tmp_path, synthetic_space, synthetic_table):
-    """record_slice.py's restore: the dump of a partly recorded grid becomes a store the next call
-    continues, judging only what is left."""
+def _record_slice():
+    """experiments/device/record_slice.py as a module (it is a device script, not a package)."""
+    spec = importlib.util.spec_from_file_location("record_slice", REPO / "experiments/device/record_slice.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _partly_recorded(tmp_path, synthetic_space, synthetic_table):
+    """The dump of a grid run stopped after 30 of its genomes (batch 7)."""
     from evo.run import Run, new_run_info
     from evo.session import dump_run
     from evo.store import open_store
     from tests.test_grid import grid_cfg
 
-    spec = importlib.util.spec_from_file_location("record_slice", REPO / "experiments/device/record_slice.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     first = f"sqlite:///{tmp_path / 'a.db'}"
     with open_store(first) as store:
         store.create_run(new_run_info(grid_cfg(evaluations=30), "slice"))
         Run(grid_cfg(evaluations=30), synthetic_space, store, synthetic_table, "slice").optimize()
     dump = tmp_path / "slice.json.gz"
     dump_run(f"{first}#slice", dump)
+    return dump
+
+
+def test_device_script_restores_a_slice_and_goes_on(tmp_path, synthetic_space, synthetic_table):
+    """record_slice.py's restore: the dump of a partly recorded grid becomes a store the next call
+    continues, judging only what is left."""
+    from evo.run import Run
+    from evo.store import open_store
+    from tests.test_grid import grid_cfg
+
     second = f"sqlite:///{tmp_path / 'b.db'}"
-    run_id, _ = mod.restore(dump, second)
+    run_id, _ = _record_slice().restore(_partly_recorded(tmp_path, synthetic_space, synthetic_table), second)
     with open_store(second) as store:
         assert run_id == "slice" and store.count("slice") == 30
         run = Run(grid_cfg(), synthetic_space, store, synthetic_table, "slice")
@@ -170,27 +184,17 @@ def test_a_slice_resumed_with_a_larger_grid_batch_records_the_same_genomes_in_th
     asks at once, never which or in what order: a slice begun at batch 7 and finished at 40 holds
     the records of one run at 7, key for key, in order."""
     from evo.run import Run, new_run_info
-    from evo.session import dump_run
     from evo.store import open_store
     from evo.strategies.grid import grid_points, subspace
     from tests.test_grid import FIXED, VARY, grid_cfg
 
-    spec = importlib.util.spec_from_file_location("record_slice", REPO / "experiments/device/record_slice.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     whole = f"sqlite:///{tmp_path / 'whole.db'}"
     with open_store(whole) as store:
         store.create_run(new_run_info(grid_cfg(), "slice"))
         Run(grid_cfg(), synthetic_space, store, synthetic_table, "slice").optimize()
         expected = [r.key for r in store.records("slice")]
-    first = f"sqlite:///{tmp_path / 'a.db'}"
-    with open_store(first) as store:
-        store.create_run(new_run_info(grid_cfg(evaluations=30), "slice"))
-        Run(grid_cfg(evaluations=30), synthetic_space, store, synthetic_table, "slice").optimize()
-    dump = tmp_path / "slice.json.gz"
-    dump_run(f"{first}#slice", dump)
     second = f"sqlite:///{tmp_path / 'b.db'}"
-    mod.restore(dump, second)
+    _record_slice().restore(_partly_recorded(tmp_path, synthetic_space, synthetic_table), second)
     wider = grid_cfg().with_overrides({"search.grid.batch": 40})
     with open_store(second) as store:
         Run(wider, synthetic_space, store, synthetic_table, "slice").optimize()

@@ -76,7 +76,10 @@ class Genome(Mapping[str, Any]):
         raise AttributeError("Genome is immutable; use GeneSpace.repair(genome.changed(...))")
 
     def __reduce__(self):
-        return (Genome, (self._space, self._items))
+        # the key as it is, not recomputed from every gene: a space leaves genes added later at
+        # their legacy value out of the key, so recomputing it (pickle, copy.deepcopy) gave a
+        # different key and an unequal genome (found by session 16's review)
+        return (_rebuilt, (self._space, self._items, self._key))
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._items)
@@ -96,3 +99,13 @@ class Genome(Mapping[str, Any]):
     def __repr__(self) -> str:
         body = ", ".join(f"{k}={v!r}" for k, v in self._items)
         return f"Genome<{self._space}:{self._key[:8]}>({body})"
+
+
+def _rebuilt(space_name: str, items: tuple[tuple[str, Any], ...], key: str) -> Genome:
+    """A Genome from its pickled parts, key included (Genome.__reduce__)."""
+    g = Genome.__new__(Genome)
+    object.__setattr__(g, "_space", space_name)
+    object.__setattr__(g, "_items", items)
+    object.__setattr__(g, "_key", key)
+    return g
+

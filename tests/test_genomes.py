@@ -224,6 +224,18 @@ def test_pickle_and_copy():
         assert clone.space == "synthetic"
 
 
+def test_pickle_and_copy_keep_the_key_of_a_genome_with_genes_at_their_legacy_value():
+    """A space keeps genes added later, at their legacy value, out of the key (so old keys stay
+    valid): a pickled or deep-copied genome must keep that key, not recompute it from every gene."""
+    from genomes.kda import NAMED, SPACES
+
+    g = NAMED["split-bf16-v2-tight"]                      # rec_min_blocks (v9) at its legacy 1
+    v8 = SPACES["v8"].make({k: g[k] for k in SPACES["v8"].names})
+    assert g.key == v8.key
+    for clone in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g)):
+        assert clone.key == g.key and clone == g and hash(clone) == hash(g) and dict(clone) == dict(g)
+
+
 def test_immutability():
     g = SPACE.make(FIXED)
     with pytest.raises(AttributeError):

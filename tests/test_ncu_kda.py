@@ -18,7 +18,9 @@ METRICS = ["gpu__time_duration.sum", "smsp__issue_active.avg.pct_of_peak_sustain
            "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
            "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
            "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
-           "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio"]
+           "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+           "smsp__average_warps_issue_stalled_selected_per_issue_active.ratio",
+           "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"]
 HEAD = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream"] + METRICS
 
 
@@ -26,10 +28,10 @@ def _csv(kernels):
     def line(cells):
         return ",".join(f'"{c}"' for c in cells)
     out = ["==PROF== Connected to process 1 (python3)", line(HEAD), line([""] * 7 + ["nsecond", "%", "byte", "%", "%",
-                                                                                  "", "", ""])]
+                                                                                  "", "", "", "", "%"])]
     for i, (name, us) in enumerate(kernels):
         out.append(line([str(i), "1", "python3", "h", name, "1", "7", f"{us * 1000:,.0f}", "71.5", "1,200,000,000",
-                         "12.5", "40.0", "3.5", "1.25", "0.5"]))
+                         "12.5", "40.0", "3.5", "1.25", "0.5", "9.0", "55.0"]))
     return "\n".join(out) + "\n"
 
 
@@ -49,11 +51,21 @@ def test_rows_are_matched_to_the_probes_launches_in_order(tmp_path):
     first = s["kernels"][0]
     assert first["metrics"]["us"] == 500 and first["metrics"]["DRAM read MB"] == 1200
     assert first["metrics"]["issue slots busy %"] == 71.5
-    assert first["pipes"] == {"fma": 40.0, "tensor_op_hmma": 12.5}            # busiest first
+    # a pipe's busy cycles and its instructions are two measures, never one overwriting the other
+    assert first["pipes"] == {"fma (cycles)": 55.0, "fma (inst)": 40.0, "tensor_op_hmma (cycles)": 12.5}
+    assert list(first["pipes"]) == ["fma (cycles)", "fma (inst)", "tensor_op_hmma (cycles)"]   # busiest first
+    # the issuing warp ("selected") is not a stall
     assert list(first["stalls"]) == ["long_scoreboard", "barrier", "math_pipe_throttle"]
     md = ncu_kda.markdown(s, "bash experiments/device/kda_ncu.sh")
     assert "uniform/H64 v2-compact kda_rec_bf16" in md and "long_scoreboard 3.5" in md
     assert "| us | 500 | 501 |" in md
+
+
+def test_a_pdl_genomes_flag_zeroing_launch_is_not_expected_among_the_profiled_rows():
+    probe = {"device": "t", "scenarios": [{"case": "fixed/H64", "genomes": {"split-bf16-v2-compact-pdl3": {
+        "launch_ms": {"kda_flags_zero": 0.03, "kda_prep": 0.5, "kda_rec_fp32": 0.5}}}}]}
+    rows = ncu_kda.read_rows(_csv([("kda_prep", 500), ("kda_rec_fp32", 501)]))
+    assert [k["kernel"] for k in ncu_kda.summarize(rows, probe)["kernels"]] == ["kda_prep", "kda_rec_fp32"]
 
 
 def test_a_count_or_name_that_does_not_match_is_an_error_not_a_misattribution(tmp_path):

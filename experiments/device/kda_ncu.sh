@@ -18,7 +18,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -
 [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 3; }
 GENOMES=${GENOMES:-split-bf16-v2-tight,split-bf16-v2-tight-r4}
 CASES=${CASES:-uniform}
-SECTIONS="SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis Occupancy WarpStateStats SchedulerStats InstructionStats LaunchStats SourceCounters"
+SECTIONS="SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Chart MemoryWorkloadAnalysis_Tables Occupancy WarpStateStats SchedulerStats InstructionStats LaunchStats SourceCounters"
 timeout -s INT "${NCU_S:-240}" "$NCU" --clock-control none --kernel-name regex:'^kda_(prep|rec)' \
     $(for s in $SECTIONS; do printf -- '--section %s ' "$s"; done) -f -o "$OUT/kda_ncu" \
     python3 experiments/device/kda_prep_probe.py --genomes "$GENOMES" --cases "$CASES" --reps 1 --warmup 0 \

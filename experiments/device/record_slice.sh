@@ -8,7 +8,9 @@ set -euo pipefail
 . experiments/device/device_lib.sh
 install_wheels
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+# the GPUs the judge's workers will use: CUDA_VISIBLE_DEVICES' list when set (fitness/workers.py), else nvidia-smi's
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then GPUS=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c . || true)
+else GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
 [ "${GPUS:-0}" -gt 1 ] && GRID_BATCH=${GRID_BATCH:-$((8 * GPUS))}
 echo "slice: ${GPUS:-0} GPU(s), grid batch ${GRID_BATCH:-of the config}"
 python3 experiments/device/record_slice.py ${GRID_BATCH:+--grid-batch "$GRID_BATCH"} --config experiments/rmsnorm_fwd_slice_h200.toml \

@@ -49,21 +49,27 @@ MAIN = {
     "launch__shared_mem_config_size": ("shared memory configured KB", 1e-3),   # the carveout the driver chose
 }
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<what>\w+?)_per_issue_active\.ratio$")
-PIPE = re.compile(r"^sm__(?:pipe_(?P<a>\w+?)_cycles_active|inst_executed_pipe_(?P<b>\w+?))"
+NOT_STALLS = {"selected"}           # the warp that issued: a share of the cycles, not a stall
+#: a pipe's busy cycles and its issued instructions, each as % of its peak: two measures, two labels
+PIPE = re.compile(r"^sm__(?:pipe_(?P<cycles>\w+?)_cycles_active|inst_executed_pipe_(?P<inst>\w+?))"
                   r"\.avg\.pct_of_peak_sustained_active$")
+PROFILED = re.compile(r"^kda_(prep|rec)")     # kda_ncu.sh's --kernel-name filter
 TOP = 6
 
 
 def probe_launches(probe: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(scenario, genome, kernel) in the order kda_prep_probe.py launched them."""
+    """(scenario, genome, kernel) in the order kda_prep_probe.py launched them, those ncu profiled
+    (kda_flags_zero, a pdl genome's first launch, is not)."""
     return [(sc["case"], name, kernel) for sc in probe["scenarios"] for name, g in sc["genomes"].items()
-            for kernel in g["launch_ms"]]
+            for kernel in g["launch_ms"] if PROFILED.match(kernel)]
 
 
 def kernel_summary(row: dict[str, str]) -> dict[str, Any]:
     main = {label: round(v * scale, 4) for m, (label, scale) in MAIN.items() if (v := number(row.get(m))) is not None}
-    stalls = {mt["what"]: v for m, val in row.items() if (mt := STALL.match(m)) and (v := number(val)) is not None}
-    pipes = {(mt["a"] or mt["b"]): v for m, val in row.items() if (mt := PIPE.match(m)) and (v := number(val)) is not None}
+    stalls = {mt["what"]: v for m, val in row.items()
+              if (mt := STALL.match(m)) and mt["what"] not in NOT_STALLS and (v := number(val)) is not None}
+    pipes = {(f"{mt['cycles']} (cycles)" if mt["cycles"] else f"{mt['inst']} (inst)"): v for m, val in row.items()
+             if (mt := PIPE.match(m)) and (v := number(val)) is not None}
     top = lambda d: dict(sorted(((k, round(v, 3)) for k, v in d.items()), key=lambda kv: -kv[1])[:TOP])  # noqa: E731
     return {"metrics": main, "stalls": top(stalls), "pipes": top(pipes)}
 
@@ -95,7 +101,7 @@ def markdown(summary: dict[str, Any], command: str = "") -> str:
     for label in labels:
         lines.append(f"| {label} | " + " | ".join(f"{k['metrics'][label]:g}" if label in k["metrics"] else "-"
                                                    for k in ks) + " |")
-    for part, what in (("pipes", "busiest pipes, % of peak (active cycles)"),
+    for part, what in (("pipes", "busiest pipes, % of peak: busy cycles (cycles) or issued instructions (inst)"),
                        ("stalls", "stall reasons, warp cycles per issued instruction")):
         lines += ["", f"{what}:", ""]
         for k, h in zip(ks, head):

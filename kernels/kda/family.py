@@ -204,6 +204,37 @@ def flags_offset_words(T: int, N: int, H: int) -> int:
     return int(H) * workspace_slots(T, N) * MAX_REC_BYTES // 4
 
 
+def workspace_words(T: int, N: int, H: int) -> int:
+    """fp32 words of the split kernels' workspace (`KDAFamily.workspace`): H x slots records of
+    MAX_REC_BYTES, then (v7) one u32 flag per (head, slot)."""
+    return flags_offset_words(T, N, H) + int(H) * workspace_slots(T, N)
+
+
+def launch_geometry(genome: Mapping[str, Any], T: int, N: int, H: int, state: str) -> tuple[dict[str, Any], ...]:
+    """The launches of one call, in order, as dicts: kernel, grid, block, shared_bytes, overlap
+    (programmatic dependent launch after the previous one) and workspace (whether the workspace is
+    the kernel's last argument). Fused: kda_fwd_<state>. Split: kda_prep then kda_rec_<state>;
+    (v7, prep_overlap = pdl) kda_flags_zero, the persistent kda_prep, kda_rec overlapped.
+    `KDAFamily.launch` wraps these into Launch objects; `evo export` packages this very function."""
+    T, N, H = int(T), int(N), int(H)
+    if not split(genome):
+        return ({"kernel": ENTRIES[state][0], "grid": (H, N, 1), "block": (THREADS, 1, 1),
+                 "shared_bytes": smem_bytes(genome), "overlap": False, "workspace": False},)
+    s = rec_v_split(genome)
+    rec = {"kernel": REC_ENTRIES[state][0], "grid": (H * s, N, 1), "block": (rec_threads(genome), 1, 1),
+           "shared_bytes": rec_smem_bytes(genome), "overlap": prep_pdl(genome), "workspace": True}
+    if not prep_pdl(genome):
+        prep = {"kernel": PREP_ENTRY, "grid": (workspace_slots(T, N), H, 1), "block": (THREADS, 1, 1),
+                "shared_bytes": prep_smem_bytes(genome), "overlap": False, "workspace": True}
+        return prep, rec
+    flags = H * workspace_slots(T, N)          # (v7) zero the flags, persistent prep, overlapped rec
+    zero = {"kernel": FLAGS_ZERO_ENTRY, "grid": (-(-flags // THREADS), 1, 1), "block": (THREADS, 1, 1),
+            "shared_bytes": 0, "overlap": False, "workspace": True}
+    prep = {"kernel": PREP_ENTRY, "grid": (prep_grid(genome, T, N, H), 1, 1), "block": (THREADS, 1, 1),
+            "shared_bytes": prep_smem_bytes(genome), "overlap": False, "workspace": True}
+    return zero, prep, rec
+
+
 #: (v7) registers of the kernels beside each other, bounds of what ptxas reports (nvcc 13.0, sm_90a)
 #: rounded up to the allocation unit (8 a thread): kda_prep 40-50 (compact 48, persistent or not);
 #: the pdl kda_rec (its flag waits cost 0-8 over v6's 140 / 156 / 159) by (rec_v_split, wgmma):
@@ -294,22 +325,12 @@ class KDAFamily(op.KDAOperation):
         if (int(p["K"]), int(p["V"])) != (op.K_DIM, op.V_DIM):
             raise ValueError(f"the KDA template needs K = V = 128, got K={p['K']} V={p['V']}")
         lens, H = p["lens"], int(p["H"])
-        if not split(genome):
-            return Launch(kernel=ENTRIES[p["state"]][0], grid=(H, len(lens), 1), block=(THREADS, 1, 1),
-                          args=self.kernel_args(case), shared_bytes=smem_bytes(genome))
-        args = self.kernel_args(case) + (WORKSPACE,)
-        T, N, s = sum(lens), len(lens), rec_v_split(genome)
-        rec = Launch(kernel=REC_ENTRIES[p["state"]][0], grid=(H * s, N, 1), block=(rec_threads(genome), 1, 1),
-                     args=args, shared_bytes=rec_smem_bytes(genome), overlap=prep_pdl(genome))
-        if not prep_pdl(genome):
-            prep = Launch(kernel=PREP_ENTRY, grid=(workspace_slots(T, N), H, 1), block=(THREADS, 1, 1),
-                          args=args, shared_bytes=prep_smem_bytes(genome))
-            return prep, rec
-        flags = H * workspace_slots(T, N)          # (v7) zero the flags, persistent prep, overlapped rec
-        zero = Launch(kernel=FLAGS_ZERO_ENTRY, grid=(-(-flags // THREADS), 1, 1), block=(THREADS, 1, 1), args=args)
-        prep = Launch(kernel=PREP_ENTRY, grid=(prep_grid(genome, T, N, H), 1, 1), block=(THREADS, 1, 1),
-                      args=args, shared_bytes=prep_smem_bytes(genome))
-        return zero, prep, rec
+        base = self.kernel_args(case)
+        steps = tuple(Launch(kernel=d["kernel"], grid=d["grid"], block=d["block"],
+                             args=base + (WORKSPACE,) if d["workspace"] else base,
+                             shared_bytes=d["shared_bytes"], overlap=d["overlap"])
+                      for d in launch_geometry(genome, sum(lens), len(lens), H, p["state"]))
+        return steps[0] if len(steps) == 1 else steps
 
     def workspace(self, case: Case) -> dict[str, BufferSpec]:
         """The split pair's records, H x workspace_slots x MAX_REC_BYTES (fp32 words): the largest
@@ -318,9 +339,7 @@ class KDAFamily(op.KDAOperation):
         flag per (head, slot), H x workspace_slots words at flags_offset_words, used by the pdl
         genomes only (kda_flags_zero clears them in every launch sequence)."""
         p = case.params
-        T, N, H = sum(p["lens"]), len(p["lens"]), int(p["H"])
-        words = flags_offset_words(T, N, H) + H * workspace_slots(T, N)
-        return {WORKSPACE: BufferSpec((words,), "float32")}
+        return {WORKSPACE: BufferSpec((workspace_words(sum(p["lens"]), len(p["lens"]), int(p["H"])),), "float32")}
 
     def promises(self, genome: Genome) -> dict[str, Sequence[str]]:
         out = {"tensor_core_mma": ["HMMA.16816.F32.BF16"], "ldmatrix": ["LDSM"], "cp_async": ["LDGSTS"]}
@@ -330,6 +349,122 @@ class KDAFamily(op.KDAOperation):
 
     def resource_limits(self, genome: Genome) -> dict[str, int]:
         return {"spill_bytes": 0, "local_bytes": 0}
+
+    # -- evo export (issue 20 step 4) ------------------------------------------------------
+    def export_launch_source(self) -> str:
+        return export_launch_source()
+
+    def export_legacy_renders(self, genome: Genome) -> list[str]:
+        """Earlier template versions' renderings of a genome, for `evo export` of a run judged before
+        a template change (the export takes one only if its compile key is the judged one): v8's
+        (`render_v8`) for a genome at rec_min_blocks' legacy 1."""
+        v8 = render_v8(genome)
+        return [v8] if v8 is not None else []
+
+    def export_groups(self) -> list[tuple[str, ...]]:
+        """Both state dtypes: every split or fused genome renders an entry for each, so a dtype
+        the run did not time (bf16) takes the timed one's ranges (fp32): same kernels, not tuned."""
+        return [(state,) for state in ENTRIES]
+
+    def export_settings(self) -> dict[str, str]:
+        """K, V and the kernels' `flags` bits (operation.py), written into dispatch.json and the
+        package's __init__.py (`__K_DIM__`, `__FLAG_BETA_SIGMOID__`, ...)."""
+        return {"k_dim": str(op.K_DIM), "v_dim": str(op.V_DIM), "flag_beta_sigmoid": str(op.FLAG_BETA_SIGMOID),
+                "flag_qk_l2norm": str(op.FLAG_QK_L2NORM), "flag_state_kv": str(op.FLAG_STATE_KV),
+                "workspace": WORKSPACE}
+
+
+#: v9's additions to template.cu (gene rec_min_blocks), reverted by render_v8: (v9 text, v8 text)
+_V9_EDITS = (
+    ("// Rec occupancy (KDA_REC_MIN_BLOCKS, gene rec_min_blocks, v9): kda_rec's __launch_bounds__ minimum\n"
+     "// CTAs per SM. 1 leaves ptxas its registers (140-159: one 8-warp CTA an SM at rec_v_split 1, three\n"
+     "// 4-warp ones at 2); 2 at rec_v_split 1 and 4 at 2 cap it at 128 (no spills for the one-tile\n"
+     "// kernels, nvcc 13.0), so 2 / 4 CTAs share an SM: a chunk's fixed latency (SPLIT_FIT's a) paid for\n"
+     "// more chains at once. Same code, same arithmetic: outputs equal the twin's bit for bit.\n"
+     "//\n", ""),
+    ("!defined(KDA_REC_MAX_BYTES) ||                 \\\n    !defined(KDA_REC_MIN_BLOCKS)\n",
+     "!defined(KDA_REC_MAX_BYTES)\n"),
+    ("__launch_bounds__(KDA_REC_THREADS, KDA_REC_MIN_BLOCKS) NAME(                  \\",
+     "__launch_bounds__(KDA_REC_THREADS, 1) NAME(                                   \\"),
+)
+
+
+def render_v8(genome: Mapping[str, Any]) -> str | None:
+    """The source gene space v8's family rendered for a genome (before v9 added rec_min_blocks),
+    None for a genome away from its legacy 1 or when template.cu no longer holds v9's text as v9
+    wrote it. The kernels are v9's at rec_min_blocks 1 (the bound 1 either way); the text differs
+    (the v9 note, the define, `KDA_REC_MIN_BLOCKS` in the bound), so a run judged at v8 has other
+    compile keys: `evo export` of such a run (results/kda_fwd_h200_run.json.gz) takes this rendering
+    when it reproduces the judged compile key (export_legacy_renders), never otherwise."""
+    from genomes.kda import SPACE_V8  # noqa: PLC0415
+
+    g = dict(genome)
+    if int(g.pop("rec_min_blocks", 1)) != 1:
+        return None
+    g = SPACE_V8.make(g)
+    text = TEMPLATE.read_text()
+    for new, old in _V9_EDITS:
+        if text.count(new) != 1:
+            return None
+        text = text.replace(new, old)
+    d = defines(g)
+    d.pop("KDA_REC_MIN_BLOCKS")
+    head = [f"// kda genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in g)] + [f"#define {k} {v}" for k, v in d.items()]
+    if split(g):
+        entries = ([f"KDA_FLAGS_ZERO_ENTRY({FLAGS_ZERO_ENTRY})"] if prep_pdl(g) else []) + \
+            [f"KDA_PREP_ENTRY({PREP_ENTRY})"] + [f"KDA_REC_ENTRY({name}, {ctype})" for name, ctype in REC_ENTRIES.values()]
+    else:
+        entries = [f"KDA_ENTRY({name}, {ctype})" for name, ctype in ENTRIES.values()]
+    return "\n".join(head) + "\n\n" + text + "\n" + "\n".join(entries) + "\n"
+
+
+def export_launch_source() -> str:
+    """A standalone module (standard library only) with this file's launch geometry, for `evo
+    export`: generated from the source text of the functions above (never a hand-kept copy), so
+    the packaged geometry is this one (tests/test_kda_export.py checks it equals `launch` and
+    `workspace` case by case). `launch(genome, T, N, H, state, K=128, V=128)` returns the launches
+    of one call (launch_geometry's dicts); `workspace_bytes(T, N, H)` the workspace they share;
+    ValueError for K or V other than 128 or an unknown state dtype."""
+    import inspect  # noqa: PLC0415
+
+    consts = {"THREADS": THREADS, "ENTRIES": ENTRIES, "REC_ENTRIES": REC_ENTRIES, "PREP_ENTRY": PREP_ENTRY,
+              "FLAGS_ZERO_ENTRY": FLAGS_ZERO_ENTRY, "SM_COUNT": SM_COUNT, "REC_STAGES": REC_STAGES,
+              "PREP_MODES": PREP_MODES, "MAX_REC_BYTES": MAX_REC_BYTES}
+    parts = [
+        '"""Launch geometry of the exported KDA forward kernels, generated by `evo export` from the\n'
+        "factory's kernels/kda/family.py (standard library only).\"\"\"",
+        "from __future__ import annotations",
+        "",
+        "from typing import Any, Mapping",
+        "",
+        f"_CHUNK, _D, _ROW, _ROW16 = {_CHUNK}, {_D}, {_ROW}, {_ROW16}",
+        "_TILE = _CHUNK * _ROW * 2",
+        "_STAGE = 3 * _TILE + _CHUNK * _D * 4",
+        *(f"{k} = {v!r}" for k, v in consts.items()),
+    ]
+    for obj in (_tiles, smem_bytes, prep_mode, prep_smem_bytes, rec_bytes, rec_v_split, rec_threads, rec_wgmma,
+                rec_smem_bytes, workspace_slots, split, prep_pdl, prep_ctas_per_sm, prep_grid, flags_offset_words,
+                workspace_words, launch_geometry):
+        parts += ["", "", inspect.getsource(obj).rstrip("\n")]
+    parts += ["", "", _EXPORT_LAUNCH.strip("\n"), ""]
+    return "\n".join(parts)
+
+
+_EXPORT_LAUNCH = '''
+def launch(genome: Mapping[str, Any], T: int, N: int, H: int, state: str, K: int = _D,
+           V: int = _D) -> tuple[dict[str, Any], ...]:
+    """The launches of one call (kernel, grid, block, shared_bytes, overlap, workspace), in order."""
+    if (int(K), int(V)) != (_D, _D):
+        raise ValueError(f"the KDA kernels need K = V = {_D}, got K={K} V={V}")
+    if state not in ENTRIES:
+        raise ValueError(f"state dtype must be one of {tuple(ENTRIES)}, got {state!r}")
+    return launch_geometry(genome, int(T), int(N), int(H), state)
+
+
+def workspace_bytes(T: int, N: int, H: int) -> int:
+    """Bytes of the split kernels' workspace for T tokens, N sequences, H heads (0 if fused-only)."""
+    return 4 * workspace_words(int(T), int(N), int(H))
+'''
 
 
 FAMILY = KDAFamily()

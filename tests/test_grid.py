@@ -101,19 +101,24 @@ class PrefetchRecording:
         self.hints.append((len(self.judged), [g.key for g in genomes]))
 
 
+def _grid_run_with_prefetch(synthetic_space, synthetic_table, evaluations):
+    """A grid run of `evaluations` on a recording that notes its prefetch hints: (the recording,
+    the store, the grid's keys in its order)."""
+    points = list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY)))
+    store = open_store("memory://")
+    cfg = grid_cfg(evaluations=evaluations)
+    store.create_run(new_run_info(cfg, "slice"))
+    rec = PrefetchRecording(synthetic_table)
+    Run(cfg, synthetic_space, store, rec, "slice").optimize()
+    return rec, store, [g.key for g in points]
+
+
 def test_grid_hands_the_next_asks_genomes_over_before_they_are_asked(synthetic_space, synthetic_table):
     """The last chunk of an ask used to start with nothing compiling: the grid's next ask is known
     (a fixed order), so the run hands its first chunk to prefetch while that chunk is judged.
     Only a hint: what is judged, in what order, and what is recorded stay the same, and genomes
     already recorded (a resumed slice) are never handed over."""
-    points = list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY)))
-
-    store = open_store("memory://")
-    cfg = grid_cfg(evaluations=20)
-    store.create_run(new_run_info(cfg, "slice"))
-    rec = PrefetchRecording(synthetic_table)
-    Run(cfg, synthetic_space, store, rec, "slice").optimize()
-    keys = [g.key for g in points]
+    rec, store, keys = _grid_run_with_prefetch(synthetic_space, synthetic_table, 20)
     assert rec.judged == keys[:20] and [r.key for r in store.records("slice")] == keys[:20]
     # within an ask: the next chunk; on an ask's last chunk (1 genome at 6, 13): the next ask's first 3
     assert rec.hints == [(0, keys[3:6]), (3, keys[6:7]), (6, keys[7:10]), (7, keys[10:13]), (10, keys[13:14]),
@@ -182,14 +187,7 @@ def test_grid_lookahead_hands_over_no_more_than_the_budget_will_judge(synthetic_
     """On an ask's last chunk the next ask's first chunk is handed over, but only as much of it as
     the evaluation budget leaves after the chunk in flight: a stage 0 nobody judges is wasted CPU
     and keeps the evaluator's close waiting for it."""
-    points = list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY)))
-
-    store = open_store("memory://")
-    cfg = grid_cfg(evaluations=15)
-    store.create_run(new_run_info(cfg, "slice"))
-    rec = PrefetchRecording(synthetic_table)
-    Run(cfg, synthetic_space, store, rec, "slice").optimize()
-    keys = [g.key for g in points]
+    rec, store, keys = _grid_run_with_prefetch(synthetic_space, synthetic_table, 15)
     assert rec.judged == keys[:15]
     # at 13 (the second ask's last chunk, 1 genome) the budget leaves one more genome: 14 alone
     assert rec.hints[-1] == (13, keys[14:15])

@@ -88,3 +88,22 @@ def test_the_cli_writes_both_files_and_says_what_failed_in_one_line(tmp_path, ca
     probe_path.write_text(json.dumps(_probe()))
     assert ncu_kda.main(["--csv", str(csv_path), "--probe", str(probe_path), "--out", str(out)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_values_are_read_in_the_units_ncu_printed():
+    """ncu prints a 0.53 ms kernel's time in "us" and bytes in Mbyte / Kbyte on the H200 (session 17's
+    kda_ncu_raw.csv): the table converts from the printed unit, so the same quantity in two units
+    reads the same, and an unknown unit is an error, not a misreading."""
+    def line(cells):
+        return ",".join(f'"{c}"' for c in cells)
+    head = ["ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum", "launch__shared_mem_config_size"]
+    text_a = "\n".join([line(head), line(["", "", "us", "Mbyte", "Kbyte"]),
+                        line(["0", "kda_prep", "532.192", "609.4528", "233.472"])]) + "\n"
+    text_b = "\n".join([line(head), line(["", "", "nsecond", "byte", "byte"]),
+                        line(["0", "kda_prep", "532,192", "609,452,800", "233,472"])]) + "\n"
+    got = [ncu_kda.kernel_summary(ncu_kda.read_rows(t)[0], ncu_kda.read_units(t))["metrics"] for t in (text_a, text_b)]
+    assert got[0] == got[1] == {"us": 532.192, "DRAM read MB": 609.4528, "shared memory configured KB": 233.472}
+    bad = text_a.replace('"Mbyte"', '"Pbyte"')
+    with pytest.raises(ValueError, match="Pbyte"):
+        ncu_kda.kernel_summary(ncu_kda.read_rows(bad)[0], ncu_kda.read_units(bad))
+    assert ncu_kda.read_units('"ID","x"\n"0","1"\n') == {}      # no units row

@@ -24,16 +24,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ncu_table import _number as number  # noqa: E402  (the raw CSV's reader: one place for it)
-from ncu_table import read_rows  # noqa: E402
+from ncu_table import read_rows, read_units  # noqa: E402
 
-#: ncu metric -> (label, scale) for the main table, when present
+#: a unit ncu prints -> its size in the base unit (seconds, bytes)
+UNIT_SIZE = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3, "second": 1.0,
+             "s": 1.0, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12}
+#: the unit assumed where the CSV has no units row (ncu's defaults for these metrics)
+BASE_UNIT = {"time": "nsecond", "bytes": "byte"}
+#: ncu metric -> (label, scale) for the main table, when present; a scale given as (kind, factor) is
+#: applied to the value in base units (seconds, bytes) after converting from the unit ncu printed
 MAIN = {
-    "gpu__time_duration.sum": ("us", 1e-3),
+    "gpu__time_duration.sum": ("us", ("time", 1e6)),
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": ("SM % peak", 1.0),
     "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": ("memory % peak", 1.0),
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": ("DRAM % peak", 1.0),
-    "dram__bytes_read.sum": ("DRAM read MB", 1e-6),
-    "dram__bytes_write.sum": ("DRAM write MB", 1e-6),
+    "dram__bytes_read.sum": ("DRAM read MB", ("bytes", 1e-6)),
+    "dram__bytes_write.sum": ("DRAM write MB", ("bytes", 1e-6)),
     "sm__warps_active.avg.pct_of_peak_sustained_active": ("occupancy % (achieved)", 1.0),
     "sm__maximum_warps_per_active_cycle_pct": ("occupancy % (theoretical)", 1.0),
     "smsp__issue_active.avg.pct_of_peak_sustained_active": ("issue slots busy %", 1.0),
@@ -46,7 +52,7 @@ MAIN = {
     "launch__grid_size": ("grid", 1.0),
     "launch__occupancy_limit_registers": ("CTAs/SM by registers", 1.0),
     "launch__occupancy_limit_shared_mem": ("CTAs/SM by shared memory", 1.0),
-    "launch__shared_mem_config_size": ("shared memory configured KB", 1e-3),   # the carveout the driver chose
+    "launch__shared_mem_config_size": ("shared memory configured KB", ("bytes", 1e-3)),   # the carveout the driver chose
 }
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<what>\w+?)_per_issue_active\.ratio$")
 NOT_STALLS = {"selected"}           # the warp that issued: a share of the cycles, not a stall
@@ -64,8 +70,22 @@ def probe_launches(probe: dict[str, Any]) -> list[tuple[str, str, str]]:
             for kernel in g["launch_ms"] if PROFILED.match(kernel)]
 
 
-def kernel_summary(row: dict[str, str]) -> dict[str, Any]:
-    main = {label: round(v * scale, 4) for m, (label, scale) in MAIN.items() if (v := number(row.get(m))) is not None}
+def scaled(value: float, scale: float | tuple[str, float], unit: str) -> float:
+    """value (in the unit ncu printed) times the table's scale; a (kind, factor) scale converts to the
+    kind's base unit first. A unit this table does not know is an error, not a silent misreading."""
+    if not isinstance(scale, tuple):
+        return value * scale
+    kind, factor = scale
+    unit = unit or BASE_UNIT[kind]
+    if unit not in UNIT_SIZE:
+        raise ValueError(f"ncu printed the unit {unit!r} for a {kind} metric; ncu_kda.UNIT_SIZE does not know it")
+    return value * UNIT_SIZE[unit] * factor
+
+
+def kernel_summary(row: dict[str, str], units: dict[str, str] | None = None) -> dict[str, Any]:
+    units = units or {}
+    main = {label: round(scaled(v, scale, units.get(m, "")), 4) for m, (label, scale) in MAIN.items()
+            if (v := number(row.get(m))) is not None}
     stalls = {mt["what"]: v for m, val in row.items()
               if (mt := STALL.match(m)) and mt["what"] not in NOT_STALLS and (v := number(val)) is not None}
     pipes = {(f"{mt['cycles']} (cycles)" if mt["cycles"] else f"{mt['inst']} (inst)"): v for m, val in row.items()
@@ -74,7 +94,7 @@ def kernel_summary(row: dict[str, str]) -> dict[str, Any]:
     return {"metrics": main, "stalls": top(stalls), "pipes": top(pipes)}
 
 
-def summarize(rows: list[dict[str, str]], probe: dict[str, Any]) -> dict[str, Any]:
+def summarize(rows: list[dict[str, str]], probe: dict[str, Any], units: dict[str, str] | None = None) -> dict[str, Any]:
     launches = probe_launches(probe)
     if len(rows) != len(launches):
         raise ValueError(f"ncu profiled {len(rows)} kernels, the probe launched {len(launches)} kda kernels: "
@@ -84,7 +104,7 @@ def summarize(rows: list[dict[str, str]], probe: dict[str, Any]) -> dict[str, An
         name = row.get("Kernel Name", "")
         if not name.startswith(kernel):
             raise ValueError(f"ncu row {row.get('ID')} is {name!r}, the probe's launch there was {kernel!r}")
-        out.append({"case": case, "genome": genome, "kernel": kernel, **kernel_summary(row)})
+        out.append({"case": case, "genome": genome, "kernel": kernel, **kernel_summary(row, units)})
     return {"device": probe.get("device", ""), "kernels": out}
 
 
@@ -117,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--command", default="")
     args = ap.parse_args(argv)
     try:
-        summary = summarize(read_rows(Path(args.csv).read_text()), json.loads(Path(args.probe).read_text()))
+        text = Path(args.csv).read_text()
+        summary = summarize(read_rows(text), json.loads(Path(args.probe).read_text()), read_units(text))
     except (OSError, ValueError, KeyError) as exc:
         print(f"ncu_kda: {exc}", file=sys.stderr)
         return 2

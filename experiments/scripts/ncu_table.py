@@ -64,6 +64,21 @@ def read_rows(text: str) -> list[dict[str, str]]:
     return [r for r in rows if (r.get("ID") or "").strip().isdigit()]
 
 
+def read_units(text: str) -> dict[str, str]:
+    """metric -> the unit ncu printed for it in the row under the header ("us", "Mbyte", "%", ...): ncu
+    picks a unit per metric and per run (a 0.5 ms kernel's time in us, a 600 MB read in Mbyte), so a
+    value is read with its unit, never with an assumed one."""
+    lines = [line for line in text.splitlines() if not line.startswith("==")]
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None or start + 1 >= len(lines):
+        return {}
+    header = next(csv.reader(io.StringIO(lines[start])))
+    units = list(csv.reader(io.StringIO(lines[start + 1])))[0]
+    if (units[0] if units else "").strip().isdigit():      # no units row: the first kernel row
+        return {}
+    return {name: unit.strip() for name, unit in zip(header, units)}
+
+
 def match_calls(rows: list[dict[str, str]], order: list[dict]) -> tuple[dict[str, list[dict]], list[dict]]:
     """label -> its kernel rows, and the rows left unmatched."""
     by_label: dict[str, list[dict]] = {}

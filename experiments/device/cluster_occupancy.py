@@ -98,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                    "clusters_asked": asked}
             try:
                 fit = backend.max_active_clusters(kernel, one)
-                row.update({"clusters_at_once": fit, "sms_covered": fit * c // max(1, int(g["ctas_per_sm"])),
+                # CTAs, not SMs: the driver's answer already counts what binds a CTA (registers,
+                # shared memory, the GPC), which the genome's ctas_per_sm does not (session 17:
+                # faac39b3 asks 2 an SM and the driver fits 30 clusters of 4, 120 CTAs)
+                row.update({"clusters_at_once": fit, "ctas_at_once": fit * c, "ctas_asked": asked * c,
                             "second_wave": asked > fit})
             except Exception as exc:  # noqa: BLE001  (one refused query is a row, not the end)
                 row["error"] = f"{type(exc).__name__}: {exc}"

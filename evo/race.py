@@ -105,7 +105,11 @@ def run_ours(sl: Slice, strategy: str, seed: int, budget: int, *, evaluations: S
     store = open_store("memory://")
     store.create_run(new_run_info(cfg, "race"))
     start = time.time()
-    Run(cfg, sl.space, store, table, "race", lessons=lessons).optimize()
+    summary = Run(cfg, sl.space, store, table, "race", lessons=lessons).optimize()
+    if "replay table has no verdict" in (summary.stop_reason or ""):
+        # on a whole slice every genome a strategy can ask is recorded: a trace cut short here
+        # would be scored as a strategy that never got there
+        raise ValueError(f"{strategy} (seed {seed}) asked a genome outside {sl.source.label}: {summary.stop_reason}")
     values = tuple(r.fitness(sl.metric) for r in store.records("race"))
     return Trace(strategy, "ours", seed, values, time.time() - start)
 
@@ -193,6 +197,7 @@ def race(sl: Slice, *, seeds: int = 20, budget: int | None = None, lessons: RunL
          lessons_label: str = "", kt_named: Sequence[str] = KT_NAMED, kt_rest: Sequence[str] = KT_REST,
          progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """The whole race: results as search_efficiency.json holds them."""
+    sl.require_whole()
     size = len(sl.evaluations)
     budget = budget or max(20, math.ceil(0.1 * size))
     optimum = sl.optimum()
@@ -244,6 +249,7 @@ def race(sl: Slice, *, seeds: int = 20, budget: int | None = None, lessons: RunL
 def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None = None,
                progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Lessons built from the slice without class `holdout` warm-start a run on that class."""
+    sl.require_whole()
     built = build_lessons([sl.source], exclude_classes=[holdout], seed=0)
     if not built:
         raise ValueError(f"slice {sl.source.label}: no lessons without class {holdout!r} (one class only?)")

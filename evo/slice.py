@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -69,6 +70,25 @@ class Slice:
     space: GeneSpace = field(repr=False)         # restricted to the sub-space
     full_space: GeneSpace = field(repr=False)
     classes: Mapping[str, tuple[str, ...]]       # shape class -> its benchmark case ids
+    #: valid genomes of the recorded sub-space (its grid's product under the constraints), None when
+    #: the recording names no grid (the recorded genomes then are the sub-space)
+    valid_genomes: int | None = None
+
+    @property
+    def recorded(self) -> int:
+        return len({e.key for e in self.evaluations})
+
+    @property
+    def whole(self) -> bool:
+        return self.valid_genomes is None or self.recorded >= self.valid_genomes
+
+    def require_whole(self) -> None:
+        """A race or a warm start on part of a slice would compare strategies on a space none of
+        them searched (a strategy that asks an unrecorded genome ends its replay early): refused,
+        in one line."""
+        if not self.whole:
+            raise ValueError(f"slice {self.source.label} is partial: {self.recorded} of {self.valid_genomes} valid "
+                             "genomes recorded; record the rest first (experiments/device/record_slice.sh resumes it)")
 
     @property
     def evaluations(self) -> tuple[Evaluation, ...]:
@@ -188,7 +208,20 @@ def load_slice(source: str, space_version: str = "") -> Slice:
     for cid in sorted(bench):
         classes.setdefault(classify(cid, bench[cid]), []).append(cid)
     return Slice(dataclasses.replace(src, evaluations=kept), values, space, full,
-                 {k: tuple(v) for k, v in sorted(classes.items())})
+                 {k: tuple(v) for k, v in sorted(classes.items())},
+                 valid_genomes=_count_valid(space, values) if grid is not None else None)
+
+
+#: the most grid points load_slice enumerates to count the valid ones (a recorded slice is a few
+#: thousand; a sub-space past this is not a slice anyone recorded densely)
+COUNT_LIMIT = 2_000_000
+
+
+def _count_valid(space: GeneSpace, values: Mapping[str, tuple]) -> int | None:
+    names = list(space.names)
+    if math.prod(len(values[n]) for n in names) > COUNT_LIMIT:
+        return None
+    return sum(1 for combo in itertools.product(*(values[n] for n in names)) if space.is_valid(dict(zip(names, combo))))
 
 
 def _recorded_grid(config: Mapping[str, Any]):

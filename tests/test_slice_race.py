@@ -5,6 +5,7 @@ commands (results/README.md), and tests/test_search_results.py checks what they 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -200,3 +201,38 @@ def test_a_slice_resumed_with_a_larger_grid_batch_records_the_same_genomes_in_th
         Run(wider, synthetic_space, store, synthetic_table, "slice").optimize()
         assert [r.key for r in store.records("slice")] == expected
     assert len(expected) == len(list(grid_points(synthetic_space, subspace(synthetic_space, FIXED, VARY))))  # all
+
+
+def test_a_partial_slice_is_refused_by_the_race_and_the_warm_start(slice_file, synthetic_space, tmp_path, capsys):
+    """Session 17's dry run on the H200 slice at 2408 of 3456: our strategies asked genomes not yet
+    recorded, their replays ended at once and the race scored them "not reached" beside Kernel
+    Tuner's (which only draws recorded points). A slice whose grid names more valid genomes than
+    it holds is refused, in one line, before any strategy runs; and a trace cut short by the
+    replay is an error, never a score."""
+    import gzip
+
+    data = json.loads(gzip.open(slice_file, "rt").read())
+    data["config"]["search"]["grid"] = {"fixed": {}, "vary": {n: list(synthetic_space.gene(n).values())
+                                                               for n in synthetic_space.names}}
+    whole = tmp_path / "whole.json.gz"
+    with gzip.open(whole, "wt") as fh:
+        json.dump(data, fh)
+    full = load_slice(str(whole))
+    assert full.valid_genomes == full.recorded == 5940 and full.whole
+    dropped = data["evaluations"].pop(17)
+    partial = tmp_path / "partial.json.gz"
+    with gzip.open(partial, "wt") as fh:
+        json.dump(data, fh)
+    sl = load_slice(str(partial))
+    assert (sl.recorded, sl.valid_genomes, sl.whole) == (5939, 5940, False)
+    with pytest.raises(ValueError, match="partial: 5939 of 5940 valid genomes recorded"):
+        sl.require_whole()
+    for argv in (["slice", "race", str(partial), "--out", str(tmp_path / "r"), "--seeds", "1", "--budget", "20"],
+                 ["slice", "warm-start", str(partial), "--out", str(tmp_path / "w"), "--holdout", "long"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "is partial: 5939 of 5940" in err and "Traceback" not in err
+    # a strategy that asks an unrecorded genome ends its replay: an error, not a short trace
+    half = dataclasses.replace(sl, source=dataclasses.replace(sl.source, evaluations=sl.evaluations[::2]))
+    with pytest.raises(ValueError, match="asked a genome outside"):
+        run_ours(half, "random", 0, 60)

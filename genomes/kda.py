@@ -4,7 +4,8 @@ and the recurrence, v4 the recurrence's split over V (CTAs per head and sequence
 chunk-parallel kernel (occupancy and its chain of global loads), v6 the recurrence's products on
 wgmma, v7 the two kernels of the split pair overlapped (programmatic dependent launch), v8 a
 chunk-parallel kernel at 6 CTAs per SM (`prep = tight`), v9 the recurrence at more CTAs per SM
-(`rec_min_blocks`: its registers capped at 128).
+(`rec_min_blocks`: its registers capped at 128), v10 the ordinary kda_prep with kda_rec launched to
+overlap its last wave (`prep_overlap = tail`: programmatic dependent launch without persistence).
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -216,9 +217,42 @@ V9_CONSTRAINTS = V8_CONSTRAINTS + (
             "checked for the mma.sync kda_rec after kda_prep; the wgmma kernel and v7's overlap budget are not"),
 )
 SPACE_V9 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V8.genes + (REC_MIN_BLOCKS,), constraints=V9_CONSTRAINTS)
+#: v10 (session 17, kernels/kda/README.md "v10: prep_overlap = tail"): v9's split-bf16-tight-r2 is the
+#: best genome on the uniform scenarios (uniform/H96 0.931 ms, uniform/H64 0.635: 1.28x FlashKDA, the
+#: target 1.3x 1.4-1.5 % away), its kda_prep (6 CTAs an SM, 42 waves at H64) and kda_rec back to back.
+#: `tail` keeps the genome's ordinary (non-persistent) kda_prep, each CTA executing
+#: griddepcontrol.launch_dependents first, and launches kda_rec with Launch.overlap: kda_rec's launch
+#: and the prologue that reads no workspace (its sequence, h0 into the registers) run in kda_prep's
+#: last partial wave, then griddepcontrol.wait (kda_prep complete, its stores visible) before the
+#: first record's cp.async. No flags, no zero kernel, no persistence; correct when the runner
+#: declines the overlap (the wait is then a no-op). Legacy none: every v9 genome keeps its key and
+#: its source (the tail code sits in template regions, fitness/template_regions.py).
+PREP_OVERLAP_V10 = Choice("prep_overlap", options=("none", "pdl", "tail"), group="structure", legacy="none",
+                          doc=PREP_OVERLAP.doc + " | tail: the ordinary kda_prep (launch_dependents at each CTA's "
+                              "start) and kda_rec launched to overlap its last wave, waiting (griddepcontrol.wait) "
+                              "for kda_prep's completion before its first record (kernels = split); v10")
+
+
+def _rec_min_blocks_v10(v) -> bool:
+    return v["rec_mma"] == "mma_sync" and v["prep_overlap"] in ("none", "tail")
+
+
+V10_CONSTRAINTS = tuple(
+    implies("rec_min_blocks_needs_mma_sync_and_no_overlap", ("rec_min_blocks", "rec_mma", "prep_overlap"),
+            lambda v: v["rec_min_blocks"] != 1, _rec_min_blocks_v10,
+            "checked for the mma.sync kda_rec after kda_prep; the wgmma kernel and v7's overlap budget are not. "
+            "tail (v10) is allowed: it has no co-residence budget, kda_rec's CTAs only take SM slots freed "
+            "after every kda_prep CTA has started (launch_dependents), and its kda_rec is the same kernel")
+    if c.name == "rec_min_blocks_needs_mma_sync_and_no_overlap" else c for c in V9_CONSTRAINTS) + (
+    implies("tail_needs_split_kernels", ("prep_overlap", "kernels"), lambda v: v["prep_overlap"] == "tail",
+            lambda v: v["kernels"] == "split", "only the split pair has a kda_rec to launch over kda_prep's tail"),
+)
+SPACE_V10 = GeneSpace(name="kda", doc=__doc__ or "",
+                      genes=tuple(PREP_OVERLAP_V10 if gene.name == "prep_overlap" else gene for gene in SPACE_V9.genes),
+                      constraints=V10_CONSTRAINTS)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
-          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9}
-SPACE = SPACE_V9
+          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10}
+SPACE = SPACE_V10
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
@@ -288,8 +322,18 @@ NAMED = {
                                               kernels="split", rec_v_split=2, prep="tight", rec_min_blocks=4)),
     "split-bf16-tight-r2": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
                                            kernels="split", prep="tight", rec_min_blocks=2)),
+    # v10: kda_rec launched over the ordinary kda_prep's last wave (prep_overlap = tail) under v9's and
+    # v8's best uniform and mixed pairs (outputs equal the twin's, without tail, bit for bit)
+    "split-bf16-tight-r2-tail": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                kernels="split", prep="tight", rec_min_blocks=2,
+                                                prep_overlap="tail")),
+    "split-bf16-v2-tight-tail": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                kernels="split", rec_v_split=2, prep="tight", prep_overlap="tail")),
+    "split-bf16-v2-tight-longest-tail": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                        kernels="split", rec_v_split=2, prep="tight",
+                                                        order="longest_first", prep_overlap="tail")),
 }
 
 __all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PDL_MAX_PREP_CTAS", "PREP", "PREP_CTAS_PER_SM", "PREP_OVERLAP",
-           "REC_MIN_BLOCKS", "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5",
-           "SPACE_V6", "SPACE_V7", "SPACE_V8", "SPACE_V9"]
+           "PREP_OVERLAP_V10", "REC_MIN_BLOCKS", "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5",
+           "SPACE_V6", "SPACE_V7", "SPACE_V8", "SPACE_V9", "SPACE_V10"]

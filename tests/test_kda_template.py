@@ -22,7 +22,7 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 def test_space_is_registered_and_default_is_in_it():
     from genomes.kda import SPACE_V1, SPACE_V2, SPACE_V3, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 27648 and SPACES["v8"].size() == 9216 and SPACES["v7"].size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
+    assert load_space("kda") is SPACE and SPACE.size() == 41472 and SPACES["v9"].size() == 27648 and SPACES["v8"].size() == 9216 and SPACES["v7"].size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
     assert SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
     assert SPACE_V3.names == SPACE.names[:-6] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
     assert DEFAULT.key == SPACE_V3.make({k: DEFAULT[k] for k in SPACE_V3.names}).key
@@ -89,7 +89,7 @@ def test_split_launches_prep_then_the_recurrence_with_a_workspace_that_holds_eve
 def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     """v4's rec_v_split: legacy 1 keeps every v3 genome's key (recorded runs name them); s > 1 only
     with kernels = split (the fused kernel has no V slices)."""
-    from genomes.kda import NAMED, SPACE_V3
+    from genomes.kda import NAMED, SPACE_V3, SPACES
 
     for name in ("split-bf16", "split", "default", "all-bf16"):
         g = NAMED[name]
@@ -106,8 +106,11 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     # prep_overlap = pdl on the compact, one-tile, index-order genomes at every prep_ctas_per_sm that
     # leaves each SM sub-partition room for a kda_rec warp (tests/test_kda_overlap.py); v8's prep =
     # tight on compact's 24 and on the 4 compact wgmma genomes (not with pdl); v9's rec_min_blocks on
-    # the one-tile, mma.sync, non-overlapped split genomes at rec_v_split 1 and 2 (2 orders x 4 preps)
-    assert sum(1 for _ in SPACE.enumerate()) == 64 + 2 * 32 + 96 + 24 + 12 + 8 + 24 + 4 + 16
+    # the one-tile, mma.sync, non-overlapped split genomes at rec_v_split 1 and 2 (2 orders x 4 preps);
+    # v10's prep_overlap = tail on every split genome without the overlap (tests/test_kda_tail.py)
+    v9 = 64 + 2 * 32 + 96 + 24 + 12 + 8 + 24 + 4 + 16
+    assert sum(1 for _ in SPACES["v9"].enumerate()) == v9
+    assert sum(1 for _ in SPACE.enumerate()) == v9 + (v9 - 8 - 32)      # less v7's 8 pdl and the 32 fused
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])
@@ -404,6 +407,9 @@ def assert_same_sass(tmp_path, genome, text: str, cut: str) -> None:
     from fitness.compile import Compiler  # noqa: PLC0415
 
     src = FAMILY.render(genome)
+    # the text must be what the genome renders (fam.template_text: template.cu's regions selected),
+    # else the replacement below would compile the same source twice and prove nothing
+    assert text in src, "pass fam.template_text(genome), not template.cu's raw text"
     a = Compiler(tmp_path / "a").compile(src, FAMILY.compile_flags(genome))
     b = Compiler(tmp_path / "b").compile(src.replace(text, cut), FAMILY.compile_flags(genome))
     assert a.ok and b.ok, (a.log[-2000:], b.log[-2000:])
@@ -422,7 +428,7 @@ def test_mma_sync_sass_is_untouched_by_the_wgmma_code(tmp_path, name):
     template with the wgmma blocks cut out: the gene's code reaches no other genome (recorded
     results keep their kernels)."""
     g = NAMED[name]
-    text = fam.TEMPLATE.read_text()
+    text = fam.template_text(g)
     cut = _without_wgmma(text)
     assert "wgmma" not in cut.replace("KDA_REC_WGMMA)", "") and len(cut) < len(text)
     assert_same_sass(tmp_path, g, text, cut)

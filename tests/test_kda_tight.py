@@ -90,7 +90,7 @@ def test_other_genomes_sass_is_untouched_by_the_tight_prep(tmp_path, name):
     by hand on split-bf16-v2-compact, -compact, default; the recorded results keep their kernels)."""
     from tests.test_kda_template import assert_same_sass, template_at  # noqa: PLC0415
 
-    text = fam.TEMPLATE.read_text()
+    text = fam.template_text(NAMED[name])
     before = template_at(PRE_V8)
     assert "KDA_PREP_LEAN == 3" in text and "KDA_PREP_LEAN == 3" not in before
     assert_same_sass(tmp_path, NAMED[name], text, before)

@@ -40,6 +40,14 @@ list, a flag set per record written) and kda_rec with `Launch.overlap` (programm
 launch: it acquires each chunk's flag before loading the record). The workspace holds the records
 then the flags (`workspace(case)`, the same for every genome); `overlap_budget` is what one SM holds
 of both kernels (template.cu "v7").
+
+`prep_overlap = tail` (v10: split, any prep): the ordinary kda_prep (same grid, block and
+shared memory), each CTA executing griddepcontrol.launch_dependents first, then kda_rec with
+`Launch.overlap`, which executes griddepcontrol.wait after its workspace-free prologue (template.cu
+"v10"): no flags kernel, no persistence, the workspace unchanged. The tail code sits in template
+regions keyed `prep_tail` (`template_text`, fitness/template_regions.py): every genome without it
+renders v9's source byte for byte (its compile key unchanged). `prep_pdl` stays v7's pdl only;
+`rec_overlaps` is whether kda_rec is launched with the overlap (pdl or tail).
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fitness.family import BufferSpec, Case, Launch, import_sibling
+from fitness.template_regions import select_regions
 from genomes import Genome
 from genomes.kda import DEFAULT, SPACE
 
@@ -188,6 +197,23 @@ def prep_pdl(genome: Mapping[str, Any]) -> bool:
     return dict(genome).get("prep_overlap", "none") == "pdl"
 
 
+def prep_tail(genome: Mapping[str, Any]) -> bool:
+    """The ordinary kda_prep with kda_rec launched over its last wave (gene prep_overlap = tail, v10)."""
+    return dict(genome).get("prep_overlap", "none") == "tail"
+
+
+def rec_overlaps(genome: Mapping[str, Any]) -> bool:
+    """kda_rec launched with Launch.overlap (programmatic dependent launch): v7's pdl, v10's tail."""
+    return prep_pdl(genome) or prep_tail(genome)
+
+
+def template_text(genome: Mapping[str, Any]) -> str:
+    """template.cu with the regions (fitness/template_regions.py) of gene values added after v9 kept
+    only for the genomes that hold them: region `prep_tail` (v10) for prep_overlap = tail. Its
+    "legacy" part is every value before v10 (none, pdl), so those genomes render v9's text."""
+    return select_regions(TEMPLATE.read_text(), {"prep_tail": not prep_tail(genome)}, where=TEMPLATE.name)
+
+
 def prep_ctas_per_sm(genome: Mapping[str, Any]) -> int:
     return int(dict(genome).get("prep_ctas_per_sm", 3))
 
@@ -214,7 +240,8 @@ def launch_geometry(genome: Mapping[str, Any], T: int, N: int, H: int, state: st
     """The launches of one call, in order, as dicts: kernel, grid, block, shared_bytes, overlap
     (programmatic dependent launch after the previous one) and workspace (whether the workspace is
     the kernel's last argument). Fused: kda_fwd_<state>. Split: kda_prep then kda_rec_<state>;
-    (v7, prep_overlap = pdl) kda_flags_zero, the persistent kda_prep, kda_rec overlapped.
+    (v7, prep_overlap = pdl) kda_flags_zero, the persistent kda_prep, kda_rec overlapped; (v10,
+    prep_overlap = tail) the ordinary kda_prep, kda_rec overlapped.
     `KDAFamily.launch` wraps these into Launch objects; `evo export` packages this very function."""
     T, N, H = int(T), int(N), int(H)
     if not split(genome):
@@ -222,7 +249,7 @@ def launch_geometry(genome: Mapping[str, Any], T: int, N: int, H: int, state: st
                  "shared_bytes": smem_bytes(genome), "overlap": False, "workspace": False},)
     s = rec_v_split(genome)
     rec = {"kernel": REC_ENTRIES[state][0], "grid": (H * s, N, 1), "block": (rec_threads(genome), 1, 1),
-           "shared_bytes": rec_smem_bytes(genome), "overlap": prep_pdl(genome), "workspace": True}
+           "shared_bytes": rec_smem_bytes(genome), "overlap": rec_overlaps(genome), "workspace": True}
     if not prep_pdl(genome):
         prep = {"kernel": PREP_ENTRY, "grid": (workspace_slots(T, N), H, 1), "block": (THREADS, 1, 1),
                 "shared_bytes": prep_smem_bytes(genome), "overlap": False, "workspace": True}
@@ -300,7 +327,9 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
             "KDA_REC_V_SPLIT": str(rec_v_split(g)), "KDA_PREP_LEAN": str(prep_mode(g)),
             "KDA_PREP_MIN_BLOCKS": str(prep_min_blocks(g)), "KDA_REC_WGMMA": str(int(rec_wgmma(g))),
             "KDA_PREP_PDL": str(int(prep_pdl(g))), "KDA_REC_MAX_BYTES": str(MAX_REC_BYTES),
-            "KDA_REC_MIN_BLOCKS": str(rec_min_blocks(g))}
+            "KDA_REC_MIN_BLOCKS": str(rec_min_blocks(g)),
+            # (v10) only where it is 1: every other genome's defines, so its source, stay v9's
+            **({"KDA_PREP_TAIL": "1"} if prep_tail(g) else {})}
 
 
 class KDAFamily(op.KDAOperation):
@@ -318,7 +347,7 @@ class KDAFamily(op.KDAOperation):
                 [f"KDA_PREP_ENTRY({PREP_ENTRY})"] + [f"KDA_REC_ENTRY({name}, {ctype})" for name, ctype in REC_ENTRIES.values()]
         else:
             entries = [f"KDA_ENTRY({name}, {ctype})" for name, ctype in ENTRIES.values()]
-        return "\n".join(head) + "\n\n" + TEMPLATE.read_text() + "\n" + "\n".join(entries) + "\n"
+        return "\n".join(head) + "\n\n" + template_text(g) + "\n" + "\n".join(entries) + "\n"
 
     def launch(self, genome: Genome, case: Case) -> Launch | tuple[Launch, ...]:
         p = case.params
@@ -399,10 +428,10 @@ def render_v8(genome: Mapping[str, Any]) -> str | None:
     from genomes.kda import SPACE_V8  # noqa: PLC0415
 
     g = dict(genome)
-    if int(g.pop("rec_min_blocks", 1)) != 1:
+    if int(g.pop("rec_min_blocks", 1)) != 1 or prep_tail(g):
         return None
     g = SPACE_V8.make(g)
-    text = TEMPLATE.read_text()
+    text = template_text(g)
     for new, old in _V9_EDITS:
         if text.count(new) != 1:
             return None
@@ -443,7 +472,7 @@ def export_launch_source() -> str:
         *(f"{k} = {v!r}" for k, v in consts.items()),
     ]
     for obj in (_tiles, smem_bytes, prep_mode, prep_smem_bytes, rec_bytes, rec_v_split, rec_threads, rec_wgmma,
-                rec_smem_bytes, workspace_slots, split, prep_pdl, prep_ctas_per_sm, prep_grid, flags_offset_words,
+                rec_smem_bytes, workspace_slots, split, prep_pdl, prep_tail, rec_overlaps, prep_ctas_per_sm, prep_grid, flags_offset_words,
                 workspace_words, launch_geometry):
         parts += ["", "", inspect.getsource(obj).rstrip("\n")]
     parts += ["", "", _EXPORT_LAUNCH.strip("\n"), ""]

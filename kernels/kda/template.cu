@@ -54,6 +54,13 @@
 // kernels, nvcc 13.0), so 2 / 4 CTAs share an SM: a chunk's fixed latency (SPLIT_FIT's a) paid for
 // more chains at once. Same code, same arithmetic: outputs equal the twin's bit for bit.
 //
+//@ Regions (fitness/template_regions.py; kernels/kda/family.py `template_text`): code of a gene value
+//@ added after v9 sits between `//@<region> new` and `//@<region> end` marker lines, rendered only for
+//@ the genomes that hold it, so every earlier genome's source (its compile key, the recorded runs, the
+//@ exported package) stays byte for byte what v9 rendered. Lines starting `//@ ` are never rendered.
+//@ prep_tail (v10, gene prep_overlap = tail): the ordinary kda_prep executes
+//@ griddepcontrol.launch_dependents first and kda_rec, launched with Launch.overlap, executes
+//@ griddepcontrol.wait after its workspace-free prologue (see the block before kda_prep_body).
 // Order (KDA_ORDER_LONGEST, 0 or 1): which sequence the CTAs of grid row blockIdx.y run. 0: the
 // blockIdx.y-th; 1: the blockIdx.y-th longest (ties: the lower index first), so the longest
 // chains start in the first wave (list scheduling, longest first: kernel_model.wave_makespan
@@ -1022,6 +1029,25 @@ __device__ __forceinline__ void kda_wait_ready(const unsigned* f) {
 }
 #endif
 
+//@prep_tail new
+// ---- v10: kda_rec launched over kda_prep's last wave (gene prep_overlap = tail) -----------------
+// Launches (family.launch): kda_prep, the ordinary grid (one CTA per (slot, head), not persistent,
+// no flags), then kda_rec with Launch.overlap (programmatic dependent launch). Each kda_prep CTA
+// executes griddepcontrol.launch_dependents first; kda_rec runs the prologue that reads nothing
+// kda_prep writes (its sequence from cu_seqlens, the initial state h0 into the registers S), then
+// griddepcontrol.wait, which returns once kda_prep has completed and its memory operations are
+// performed and visible to kda_rec, then the first cp.async of a record. So what can overlap is
+// kda_rec's launch and that prologue with kda_prep's last partial wave.
+// Memory order: every record store of kda_prep precedes its grid's completion; the wait orders that
+// completion before every kda_rec load of the workspace (the loads before the wait are of inputs
+// only: cu_seqlens, h0, none of which kda_prep writes; kda_rec's writes, o and the final state, come
+// after it and kda_prep reads neither).
+// Deadlock freedom: kda_prep never waits on anything. The dependent grid is scheduled only after
+// every kda_prep CTA has executed launch_dependents (or exited), i.e. has started: a kda_rec CTA
+// waiting in griddepcontrol.wait holds only SM room that no unstarted kda_prep CTA needs, and every
+// running kda_prep CTA finishes. A runner that declines the overlap launches kda_rec after kda_prep
+// has completed: the wait returns at once. No flags, no zero kernel, the workspace unchanged.
+//@prep_tail end
 // P2-P7 of workspace slot `slot`, head h, into its record; false (nothing written, by the whole
 // CTA) for a gap slot. The grid's CTA (blockIdx.x, blockIdx.y), or one item of the persistent
 // kda_prep's list (v7, prep_overlap = pdl: the caller's barrier follows, before the CTA's next item).
@@ -1224,6 +1250,11 @@ __device__ __forceinline__ void kda_rec_body(
         for (int c = 0; c < KDA_REC_STAGES - 1 && c < nchunks; ++c) kda_wait_ready(ready + c);
     __syncthreads();                                         // ... and every thread may read them
 #endif
+//@prep_tail new
+    // (v10, prep_overlap = tail) above: inputs only (cu_seqlens, h0); below: the workspace. kda_prep
+    // has completed and its records are visible once this returns (at once without the overlap).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+//@prep_tail end
 #pragma unroll
     for (int c = 0; c < KDA_REC_STAGES - 1; ++c) {           // one commit group per chunk, empty past the end
         if (c < nchunks) load(c, c);
@@ -1308,6 +1339,9 @@ __device__ __forceinline__ void kda_rec_body(
         const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const void* g, const bf16_bits* beta, \
         const float* A_log, const float* dt_bias, const int* cu_seqlens, const void* h0, bf16_bits* o,   \
         void* ht, int T, int H, int N, float scale, float lower_bound, int flags, unsigned char* ws) {   \
+//@prep_tail new
+        asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");   /* (v10) kda_rec may launch */ \
+//@prep_tail end
         kda_prep_body(q, k, g, beta, A_log, dt_bias, cu_seqlens, T, H, N, scale, lower_bound, flags, ws, \
                       blockIdx.x, blockIdx.y);                                                            \
     }

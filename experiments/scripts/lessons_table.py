@@ -37,6 +37,17 @@ def table(lessons) -> list[str]:
     return rows
 
 
+def failure_lines(lessons) -> list[str]:
+    """One line per (space, class, signature), from the lessons themselves: no figure is typed in."""
+    out = []
+    for x in lessons:
+        for sig in (x.payload.get("failures") or {}).get("signatures", []):
+            genes = ", ".join(f"{k} = {v}" for k, v in sorted(sig.get("genes", {}).items())) or "(no shared gene)"
+            out.append(f"- {x.space_version} {x.shape_class}: `{sig.get('category')}` when {genes}: "
+                       f"{sig.get('failed')} of {sig.get('seen')}")
+    return out or ["- none recorded"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("lessons", help="a store URL or an `evo lessons export` file")
@@ -44,20 +55,19 @@ def main() -> int:
     args = ap.parse_args()
     found = read_lessons(args.lessons)
     sources = sorted({s for x in found for s in x.sources})
+    spaces = sorted({x.space_version for x in found})
     text = ["# Lessons of the recorded H200 runs: how sure the surrogate is, how often the skip was wrong", "",
-            "Recorded data, no synthetic figure: the GA searches of sessions 8 and 9 (gene space v5, 219 distinct "
-            "genomes on the 33-case quack matrix) and the re-judged dispatch table (v6, 28 genomes, judge protocol 2). "
-            f"Runs: {', '.join(sources)}.", "",
+            f"Recorded data, no synthetic figure: {len(found)} lessons of gene space {', '.join(spaces)} from the runs "
+            f"{', '.join(sources)}.", "",
             "CV error: 5-fold held-out RMSE of log(speedup vs torch over the class's cases), i.e. about the relative "
             "error of a predicted speedup; \"predicting the mean\" is what no model scores. Skip rule: failure "
             "signatures learned on 4 folds judge the 5th; \"skipped but verified\" are the skips that were wrong "
             "(candidates that in fact ran), and of those the ones at least as fast as the median verified one.", ""]
     text += table(found)
-    text += ["", "The v5 classes' failures are `launch` (a genome that cannot launch one of the class's cases, e.g. "
-             "shared-memory staging of 256K fp32 rows); the v6 ones `wrong` (rsqrt = newton without inf_safe fails "
-             "torch's +-inf rule: 9 of 9). With 28 genomes the v6 surrogates gain less over the mean (ridge 0.10-0.22 against 0.16-0.29), and the trees do not beat ridge there.", "",
-             f"Made by: `python experiments/scripts/lessons_table.py {args.lessons} --out {args.out}` after the two "
-             "`evo lessons build` commands in this script's docstring.", ""]
+    text += ["", "Failure signatures (the genes every failure of a kind shares; failed of seen):", ""]
+    text += failure_lines(found)
+    text += ["", f"Made by: `python experiments/scripts/lessons_table.py {args.lessons} --out {args.out}` after "
+             "`evo lessons build` of those runs (this script's docstring).", ""]
     Path(args.out).write_text("\n".join(text))
     print(f"wrote {args.out}")
     return 0

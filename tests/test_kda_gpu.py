@@ -263,6 +263,27 @@ def test_bounded_rec_equals_its_twin_and_passes_the_judge(tmp_path, cp, name, tw
     _assert_all_ok([g], _judge([g], "smoke", tmp_path / "judge", baselines=("flashkda",)))
 
 
+@pytest.mark.parametrize("name,twin", [("split-bf16-tight-r2-tail", "split-bf16-tight-r2"),
+                                       ("split-bf16-v2-tight-tail", "split-bf16-v2-tight"),
+                                       ("split-bf16-v2-tight-longest-tail", "split-bf16-v2-tight-longest")])
+def test_tail_overlap_equals_its_twin_and_passes_the_judge(tmp_path, cp, name, twin):
+    """v10's prep_overlap = tail: kda_prep executes griddepcontrol.launch_dependents first, kda_rec is
+    launched with the overlap (cuLaunchKernelEx, programmatic stream serialization: _run_genome launches
+    it as the judge does, back to back on one stream) and waits (griddepcontrol.wait) before its first
+    record; the same arithmetic as the twin (tests/test_kda_tail.py: the same instructions but PREEXIT
+    and ACQBULK), so o and the final state should equal the twin's bit for bit (asserted as the other
+    twin tests: at most 1 element in 10^4, rel RMS < 1e-3). A record read before kda_prep wrote it
+    would read the poisoned workspace: far off. Then the whole judge's CHECK and smoke BENCH."""
+    from genomes.kda import NAMED
+
+    g = NAMED[name]
+    cases = FAMILY.benchmark_cases("smoke") + FAMILY.check_cases()
+    for case, out, x, _, _, differ, rel in _twin_outputs(tmp_path, cp, g, NAMED[twin], cases, 1100):
+        print(name, case.id, out, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
+        assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, out, differ, rel)
+    _assert_all_ok([g], _judge([g], "smoke", tmp_path / "judge", baselines=("flashkda",)))
+
+
 @pytest.mark.slow
 def test_default_on_flashkdas_six_scenarios(tmp_path, cp):
     """The first kernel timed by the judge on the six scenarios beside FlashKDA and fla (-s prints)."""

@@ -16,7 +16,7 @@ from tests.conftest import REPO
 
 FAMILY = load_family("kda")
 model = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "kernel_model")
-COST_MS = {"kda_prep": 2.0, "kda_rec_fp32": 3.0, "kda_rec_bf16": 5.0}
+COST_MS = {"kda_prep": 2.0, "kda_rec_fp32": 3.0, "kda_rec_bf16": 5.0, "kda_flags_zero": 0.5}
 
 
 def _script():
@@ -47,7 +47,7 @@ class ClockBackend:
         pass
 
     def launch(self, kernel, launch, args):
-        assert len(args) == len(launch.args)
+        assert len(args) == len(launch.args) and not launch.overlap      # each launch apart: ordinary ones
         self.launched.append(kernel)
         self.now += COST_MS[kernel]
 
@@ -106,3 +106,17 @@ def test_probe_times_each_launch_apart_and_writes_the_models_split_beside(tmp_pa
 def test_probe_refuses_a_fused_genome():
     with pytest.raises(SystemExit):
         _script().main(["--genomes", "default"], backend=ClockBackend(), family=TinyFamily(), compile_fn=lambda f, g: b"")
+
+
+def test_probe_times_a_tail_genomes_launches_apart_as_ordinary_ones(tmp_path):
+    """v10's prep_overlap = tail (and v7's pdl) launch kda_rec with Launch.overlap; timed apart, each
+    launch is an ordinary one (ClockBackend.launch refuses an overlapped one): the twin's two launches."""
+    mod = _script()
+    backend = ClockBackend()
+    out = tmp_path / "probe.json"
+    names = ["split-bf16-tight-r2-tail", "split-bf16-tight-r2", "split-bf16-v2-compact-pdl3"]
+    assert mod.main(["--out", str(out), "--genomes", ",".join(names), "--reps", "2", "--warmup", "1"],
+                    backend=backend, family=TinyFamily(), compile_fn=lambda f, g: b"cubin") == 0
+    row = json.loads(out.read_text())["scenarios"][0]
+    assert row["genomes"]["split-bf16-tight-r2-tail"]["launch_ms"] == row["genomes"]["split-bf16-tight-r2"]["launch_ms"] \
+        == {"kda_prep": 2.0, "kda_rec_fp32": 3.0}

@@ -16,6 +16,7 @@ the `flashkda` distribution, outputs and workspace allocated once per scenario.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -54,9 +55,12 @@ def compile_cubin(family: Any, genome: Any, cache_dir: Path) -> bytes:
 
 def time_apart(backend: Any, module: Any, launches: list[Any], arrays: dict[str, Any], reps: int,
                warmup: int) -> dict[str, float]:
-    """Median ms of each launch of one genome's sequence, the L2 flushed before each sequence."""
+    """Median ms of each launch of one genome's sequence, the L2 flushed before each sequence. Each
+    launch is an ordinary one (Launch.overlap dropped: an overlap permission between two launches timed
+    apart buys nothing, and a pdl or tail kda_rec is correct after its kda_prep has finished: v7's
+    flags are all set, v10's griddepcontrol.wait returns at once)."""
     kernels = []
-    for one in launches:
+    for one in (dataclasses.replace(x, overlap=False) for x in launches):
         k = backend.get_kernel(module, one.kernel)
         backend.prepare_kernel(k, one)
         kernels.append((k, one, resolve_args(one, arrays)))

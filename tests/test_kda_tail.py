@@ -167,3 +167,6 @@ def test_sass_prep_launches_dependents_first_and_rec_waits_before_the_records(tm
         assert ca == cb, state
         assert not ca["LDL"] and not ca["STL"]
     assert b.resources["kda_prep"].registers == a.resources["kda_prep"].registers
+    from fitness.static_checks import static_problems  # noqa: PLC0415
+
+    assert static_problems(a, FAMILY, g) == []           # the judge's static checks (promises, limits)

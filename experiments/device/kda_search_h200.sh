@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20 step 3's recorded search: experiments/kda_fwd_h200.toml (`evo run`, gene space v7, the
+# Issue 20 step 3's recorded search: experiments/kda_fwd_h200.toml (`evo run`, the gene space the config names (v10 as of session 17), the
 # worst of FlashKDA's six scenarios as the objective) on the H200, dumped after every step to
 # $OUT/kda_fwd_h200_run.json.gz (copy it to results/: `evo run ... --replay` replays it on a CPU).
 #   carry: .whl .peers/flashkda_ext.tgz .peers/flashkda_ext.commit

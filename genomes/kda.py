@@ -322,6 +322,11 @@ NAMED = {
                                               kernels="split", rec_v_split=2, prep="tight", rec_min_blocks=4)),
     "split-bf16-tight-r2": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
                                            kernels="split", prep="tight", rec_min_blocks=2)),
+    # session 17: tight-r2's kda_rec (0.729 ms at mixed/H64 in index order against v2-tight's 0.796)
+    # with the longest sequence first, as v2-tight-longest takes mixed (0.640); unmeasured
+    "split-bf16-tight-r2-longest": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,
+                                                   kernels="split", prep="tight", rec_min_blocks=2,
+                                                   order="longest_first")),
     # v10: kda_rec launched over the ordinary kda_prep's last wave (prep_overlap = tail) under v9's and
     # v8's best uniform and mixed pairs (outputs equal the twin's, without tail, bit for bit)
     "split-bf16-tight-r2-tail": SPACE.make(dict(DEFAULT, split_s=False, split_u=False, split_intra=False,

@@ -48,7 +48,7 @@ def test_first_population_region_is_the_compact_split_pair_overlapped_or_not():
     for name in ("split-bf16-compact", "split-bf16-v2-compact", "split-bf16-v2-compact-pdl3",
                  "split-bf16-v4-compact-pdl3", "split-bf16-v2-compact-pdl2", "split-bf16-v2-tight",
                  "split-bf16-v2-compact-longest", "split-bf16-v2-tight-r4", "split-bf16-tight-r2",
-                 "split-bf16-tight-r2-tail", "split-bf16-v2-tight-tail", "split-bf16-v2-tight-longest-tail"):
+                 "split-bf16-tight-r2-tail", "split-bf16-v2-tight-tail", "split-bf16-v2-tight-longest-tail", "split-bf16-tight-r2-longest"):
         assert NAMED[name].key in keys, name
     drawn = [space.sample(random.Random(cfg.experiment.seed + i), within=region) for i in range(8)]
     assert all(g.key in keys for g in drawn)

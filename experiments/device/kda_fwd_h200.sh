@@ -10,7 +10,10 @@
 #   uniform, session 17: 0.931 / 0.635 ms at H96 / H64), split-bf16-v2-tight-tail / -v2-tight,
 #   split-bf16-v2-tight-longest-tail / -v2-tight-longest (the best on mixed); README "v10", an
 #   estimate: uniform/H64 0.626-0.632 ms and uniform/H96 0.922-0.928 for tight-r2-tail (3-9 us of
-#   launch gap and kda_rec prologue hidden); then v7's split-bf16-v2-compact-pdl3 (the best on fixed/H64).
+#   launch gap and kda_rec prologue hidden); split-bf16-tight-r2-longest (tight-r2's kda_rec, 0.729 ms
+#   at mixed/H64 in index order against v2-tight's 0.796, with the longest sequence first: unmeasured,
+#   no prediction of its own beyond "at or below v2-tight-longest's 0.640 on mixed/H64"); then v7's
+#   split-bf16-v2-compact-pdl3 (the best on fixed/H64).
 #   Session 17's default: v9's kda_rec at 128 registers, split-bf16-v2-tight-r4 (4 CTAs an SM)
 #   and split-bf16-tight-r2 (2), README "v9", predicted uniform/H96 0.91-0.92 ms and uniform/H64
 #   0.60-0.61 (1.30-1.37x); v8's split-bf16-v2-tight, -tight, -v2-tight-longest (the best on mixed),
@@ -45,7 +48,7 @@ set -o pipefail
 device_start >/dev/null || exit 1
 # the peers' restore logs at the head of kda_fwd.log (the device returns at most 8 files from $OUT)
 . experiments/device/kda_peers_build.sh > "$OUT/kda_fwd.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_fwd.log"
-GENOMES="${GENOMES:-split-bf16-tight-r2-tail,split-bf16-tight-r2,split-bf16-v2-tight-tail,split-bf16-v2-tight,split-bf16-v2-tight-longest-tail,split-bf16-v2-tight-longest,split-bf16-v2-compact-pdl3}"
+GENOMES="${GENOMES:-split-bf16-tight-r2-tail,split-bf16-tight-r2,split-bf16-v2-tight-tail,split-bf16-v2-tight,split-bf16-v2-tight-longest-tail,split-bf16-v2-tight-longest,split-bf16-tight-r2-longest,split-bf16-v2-compact-pdl3}"
 if ! grep -q "as_launches" experiments/device/kda_fwd_table.py; then
     echo "kda_fwd_table.py launches one kernel per genome: split genomes left out of $GENOMES"
     GENOMES=$(echo "$GENOMES" | tr ',' '\n' | grep -v '^split' | paste -sd, -); GENOMES="default,${GENOMES}"

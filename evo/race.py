@@ -106,7 +106,7 @@ def run_ours(sl: Slice, strategy: str, seed: int, budget: int, *, evaluations: S
     store.create_run(new_run_info(cfg, "race"))
     start = time.time()
     summary = Run(cfg, sl.space, store, table, "race", lessons=lessons).optimize()
-    if "replay table has no verdict" in (summary.stop_reason or ""):
+    if summary.replay_ended:
         # on a whole slice every genome a strategy can ask is recorded: a trace cut short here
         # would be scored as a strategy that never got there
         raise ValueError(f"{strategy} (seed {seed}) asked a genome outside {sl.source.label}: {summary.stop_reason}")

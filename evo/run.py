@@ -56,6 +56,9 @@ class RunSummary:
     best: Record | None
     stop_reason: str
     by_status: dict[str, int] = field(default_factory=dict)
+    #: the replay had no verdict for a genome the run asked (a recording that ends there; on a whole
+    #: recorded slice, a strategy that left it)
+    replay_ended: bool = False
 
 
 def build_stages(cfg: Config, space: GeneSpace, rng: random.Random, *, storage_url: str | None,
@@ -121,6 +124,7 @@ class Run:
         self._elapsed_before = store.get_run(run_id).elapsed_s
         self._started_stage = -1
         self.stop_reason = ""
+        self.replay_ended = False
         # search.carry_seeds: earlier verdicts the seeds may be answered from (evo.evaluators)
         self.carried: dict[str, Evaluation] = dict(carried or {})
         self.carry_log: list[tuple[str, str]] = []     # (genome key, "" carried | why judged again)
@@ -343,6 +347,7 @@ class Run:
         except _RecordingEnded as end:
             state = "finished"
             self.stop_reason = str(end)
+            self.replay_ended = True
         except KeyboardInterrupt:
             state = "interrupted"
             self.stop_reason = "interrupted"
@@ -371,7 +376,7 @@ class Run:
         for r in self.recorded.values():
             counts[r.status.value] = counts.get(r.status.value, 0) + 1
         return RunSummary(self.run_id, self.evaluations, self.new_evaluations, self.best(),
-                          self.stop_reason, counts)
+                          self.stop_reason, counts, replay_ended=self.replay_ended)
 
 
 def new_run_info(cfg: Config, run_id: str) -> RunInfo:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -209,19 +208,15 @@ def load_slice(source: str, space_version: str = "") -> Slice:
         classes.setdefault(classify(cid, bench[cid]), []).append(cid)
     return Slice(dataclasses.replace(src, evaluations=kept), values, space, full,
                  {k: tuple(v) for k, v in sorted(classes.items())},
-                 valid_genomes=_count_valid(space, values) if grid is not None else None)
+                 valid_genomes=_count_valid(full, values) if grid is not None else None)
 
 
-#: the most grid points load_slice enumerates to count the valid ones (a recorded slice is a few
-#: thousand; a sub-space past this is not a slice anyone recorded densely)
-COUNT_LIMIT = 2_000_000
+def _count_valid(space: GeneSpace, values: Mapping[str, tuple]) -> int:
+    """Valid genomes of the sub-space (every one enumerated: a slice recorded densely is small enough
+    to count, and a count skipped would let a partial slice pass as whole)."""
+    from evo.strategies.grid import grid_points
 
-
-def _count_valid(space: GeneSpace, values: Mapping[str, tuple]) -> int | None:
-    names = list(space.names)
-    if math.prod(len(values[n]) for n in names) > COUNT_LIMIT:
-        return None
-    return sum(1 for combo in itertools.product(*(values[n] for n in names)) if space.is_valid(dict(zip(names, combo))))
+    return sum(1 for _ in grid_points(space, values))
 
 
 def _recorded_grid(config: Mapping[str, Any]):
@@ -234,9 +229,7 @@ def _recorded_grid(config: Mapping[str, Any]):
 
 def coverage(sl: Slice) -> tuple[int, int]:
     """(genomes recorded, valid genomes of the sub-space): a slice is whole when they are equal."""
-    from evo.strategies.grid import grid_points
-
-    return len(sl.evaluations), sum(1 for _ in grid_points(sl.full_space, sl.values))
+    return sl.recorded, (sl.valid_genomes if sl.valid_genomes is not None else _count_valid(sl.full_space, sl.values))
 
 
 def fraction_curve(best_so_far: Sequence[float | None], optimum: float) -> list[float]:

@@ -92,3 +92,30 @@ def test_probe_arguments_are_checked_before_any_gpu_work():
     with pytest.raises(SystemExit, match="--impl"):
         probe.parse_impls("evolved,cublas")
     assert probe.parse_impls("evolved,quack") == ["evolved", "quack"]
+
+
+def test_a_call_reads_the_units_ncu_printed():
+    """The same calls with the units row in us / Mbyte (what ncu prints for half-millisecond kernels,
+    session 17) summarize to the same table as in ns / byte: values are read in their printed unit."""
+    order = _order([("evolved", "bf16/32768x256")])
+    kernels = [("evolved|bf16/32768x256|0", 14.0, 16.8), ("evolved|bf16/32768x256|1", 13.6, 16.8)]
+    text = _csv(kernels)
+    base = ncu_table.summarize(ncu_table.read_rows(text), order, ncu_table.read_units(text))
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith('"ID"')) + 1
+    cells = lines[i].split(",")
+    cells[11:14] = ['"us"', '"Mbyte"', '"Mbyte"']
+    lines[i] = ",".join(cells)
+    out = []
+    for line in lines:                       # the kernel rows' time and bytes, in those units
+        if line.startswith('"0"') or line.startswith('"1"'):
+            c = line.split('","')
+            c[11] = str(float(c[11]) / 1000)
+            c[12] = c[13] = str(float(c[12].replace(",", "")) / 1e6)
+            line = '","'.join(c)
+        out.append(line)
+    other = "\n".join(out) + "\n"
+    again = ncu_table.summarize(ncu_table.read_rows(other), order, ncu_table.read_units(other))
+    for col in ("us", "DRAM read MB", "DRAM write MB"):
+        assert again["rows"][0][col] == pytest.approx(base["rows"][0][col]) and base["rows"][0][col] > 0, col
+    assert base["rows"][0]["us"] == pytest.approx(13.8)

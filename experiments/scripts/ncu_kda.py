@@ -24,13 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ncu_table import _number as number  # noqa: E402  (the raw CSV's reader: one place for it)
-from ncu_table import read_rows, read_units  # noqa: E402
+from ncu_table import read_rows, read_units, scaled  # noqa: E402
 
-#: a unit ncu prints -> its size in the base unit (seconds, bytes)
-UNIT_SIZE = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3, "second": 1.0,
-             "s": 1.0, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12}
-#: the unit assumed where the CSV has no units row (ncu's defaults for these metrics)
-BASE_UNIT = {"time": "nsecond", "bytes": "byte"}
 #: ncu metric -> (label, scale) for the main table, when present; a scale given as (kind, factor) is
 #: applied to the value in base units (seconds, bytes) after converting from the unit ncu printed
 MAIN = {
@@ -68,18 +63,6 @@ def probe_launches(probe: dict[str, Any]) -> list[tuple[str, str, str]]:
     (kda_flags_zero, a pdl genome's first launch, is not)."""
     return [(sc["case"], name, kernel) for sc in probe["scenarios"] for name, g in sc["genomes"].items()
             for kernel in g["launch_ms"] if PROFILED.match(kernel)]
-
-
-def scaled(value: float, scale: float | tuple[str, float], unit: str) -> float:
-    """value (in the unit ncu printed) times the table's scale; a (kind, factor) scale converts to the
-    kind's base unit first. A unit this table does not know is an error, not a silent misreading."""
-    if not isinstance(scale, tuple):
-        return value * scale
-    kind, factor = scale
-    unit = unit or BASE_UNIT[kind]
-    if unit not in UNIT_SIZE:
-        raise ValueError(f"ncu printed the unit {unit!r} for a {kind} metric; ncu_kda.UNIT_SIZE does not know it")
-    return value * UNIT_SIZE[unit] * factor
 
 
 def kernel_summary(row: dict[str, str], units: dict[str, str] | None = None) -> dict[str, Any]:

@@ -20,18 +20,40 @@ import statistics
 import sys
 from pathlib import Path
 
-#: ncu metric -> (column, scale): what the table shows, in the units it shows them
+#: a unit ncu prints -> its size in the base unit (seconds, bytes): ncu picks the unit per metric and
+#: per run (a 0.5 ms kernel's time in us, a 600 MB read in Mbyte; a 20 us one in ns and byte)
+UNIT_SIZE = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3, "second": 1.0,
+             "s": 1.0, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12}
+#: the unit assumed where the CSV has no units row (ncu's units for short kernels)
+BASE_UNIT = {"time": "nsecond", "bytes": "byte"}
+
+
+def scaled(value: float, scale: "float | tuple[str, float]", unit: str) -> float:
+    """value (in the unit ncu printed) times a table's scale; a (kind, factor) scale converts to the
+    kind's base unit (seconds, bytes) first. A unit this table does not know is an error, not a
+    silent misreading."""
+    if not isinstance(scale, tuple):
+        return value * scale
+    kind, factor = scale
+    unit = unit or BASE_UNIT[kind]
+    if unit not in UNIT_SIZE:
+        raise ValueError(f"ncu printed the unit {unit!r} for a {kind} metric; UNIT_SIZE does not know it")
+    return value * UNIT_SIZE[unit] * factor
+
+
+#: ncu metric -> (column, scale): what the table shows, in the units it shows them; a (kind, factor)
+#: scale applies to the value in base units (`scaled`)
 METRICS = {
-    "gpu__time_duration.sum": ("us", 1e-3),                         # ns
-    "dram__bytes_read.sum": ("DRAM read MB", 1e-6),
-    "dram__bytes_write.sum": ("DRAM write MB", 1e-6),
+    "gpu__time_duration.sum": ("us", ("time", 1e6)),
+    "dram__bytes_read.sum": ("DRAM read MB", ("bytes", 1e-6)),
+    "dram__bytes_write.sum": ("DRAM write MB", ("bytes", 1e-6)),
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": ("DRAM % of peak", 1.0),
     "sm__warps_active.avg.pct_of_peak_sustained_active": ("achieved occupancy %", 1.0),
     "sm__maximum_warps_per_active_cycle_pct": ("theoretical occupancy %", 1.0),
     "launch__registers_per_thread": ("registers", 1.0),
     "launch__grid_size": ("grid", 1.0),
     "launch__block_size": ("block", 1.0),
-    "launch__shared_mem_per_block_dynamic": ("dynamic smem B", 1.0),
+    "launch__shared_mem_per_block_dynamic": ("dynamic smem B", ("bytes", 1.0)),
     "launch__waves_per_multiprocessor": ("waves", 1.0),
     "smsp__inst_executed.sum": ("instructions M", 1e-6),
     "lts__t_sector_hit_rate.pct": ("L2 hit %", 1.0),
@@ -98,27 +120,30 @@ def match_calls(rows: list[dict[str, str]], order: list[dict]) -> tuple[dict[str
     return by_label, unmatched
 
 
-def call_metrics(kernels: list[dict]) -> dict[str, float | None]:
+def call_metrics(kernels: list[dict], units: dict[str, str] | None = None) -> dict[str, float | None]:
+    units = units or {}
     longest = max(kernels, key=lambda r: _number(r.get("gpu__time_duration.sum", "")) or 0.0)
     out: dict[str, float | None] = {}
     for metric, (column, scale) in METRICS.items():
+        unit = units.get(metric, "")
         if metric in ADDITIVE:
             vals = [_number(r.get(metric, "")) for r in kernels]
-            out[column] = sum(v for v in vals if v is not None) * scale if any(v is not None for v in vals) else None
+            out[column] = scaled(sum(v for v in vals if v is not None), scale, unit) \
+                if any(v is not None for v in vals) else None
         else:
             v = _number(longest.get(metric, ""))
-            out[column] = v * scale if v is not None else None
+            out[column] = scaled(v, scale, unit) if v is not None else None
     out["kernels"] = len(kernels)
     return out
 
 
-def summarize(rows: list[dict[str, str]], order: list[dict]) -> dict:
+def summarize(rows: list[dict[str, str]], order: list[dict], units: dict[str, str] | None = None) -> dict:
     by_label, unmatched = match_calls(rows, order)
     groups: dict[tuple[str, str], list[dict]] = {}
     for call in order:
         kernels = by_label.get(call["label"])
         if kernels:
-            groups.setdefault((call["case"], call["impl"]), []).append(call_metrics(kernels))
+            groups.setdefault((call["case"], call["impl"]), []).append(call_metrics(kernels, units))
     table = []
     for (case, impl), calls in groups.items():
         row = {"case": case, "impl": impl, "calls": len(calls)}
@@ -157,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="path prefix: writes PREFIX.json and PREFIX.md")
     ap.add_argument("--command", default="", help="the command that produced the CSV, for the record")
     args = ap.parse_args(argv)
-    summary = summarize(read_rows(Path(args.csv).read_text(errors="replace")), json.loads(Path(args.order).read_text()))
+    text = Path(args.csv).read_text(errors="replace")
+    summary = summarize(read_rows(text), json.loads(Path(args.order).read_text()), read_units(text))
     summary["command"] = args.command
     Path(args.out + ".json").write_text(json.dumps(summary, indent=1))
     text = markdown(summary, args.command)

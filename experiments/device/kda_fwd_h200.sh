@@ -32,8 +32,8 @@
 #   (1.20-1.60x FlashKDA), the baseline of the overlap; v6's wgmma genomes dropped: slower than
 #   mma.sync on the H200, e.g. fixed/H64 0.847 vs 0.745 ms; 5 genomes: ~75 s of table (estimate,
 #   session 13's ~15 s a genome), well inside TABLE_S and BUDGET_S),
-#   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-v2-tight, -v2-tight-r4, -tight, -tight-r2, each
-#   launch timed apart: kda_rec alone at 3 vs 4 and 1 vs 2 CTAs an SM), PROBE_S (90: after the table;
+#   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-tight-r2, -tight-r2-longest, -v2-tight,
+#   -v2-tight-longest, each launch timed apart: kda_rec of one and two splits in both orders), PROBE_S (90: after the table;
 #   0: no probe),
 #   BUDGET_S (300: no scenario starts later), TABLE_S (380: the table's hard limit; what it finished is
 #   on disk; with PROBE_S and the peers' restore the call stays under a 600 s command), CASES (e.g. H96),

@@ -37,11 +37,13 @@ from genomes.kda import NAMED  # noqa: E402
 model = import_sibling(str(ROOT / "kernels" / "kda" / "family.py"), "kernel_model")
 fam = import_sibling(str(ROOT / "kernels" / "kda" / "family.py"), "family")
 
-#: session 17's: v8's tight pairs against v9's, whose kda_rec runs at 4 (rec_v_split 2) and 2 (1)
-#: CTAs an SM: kda_rec's time is what v9's premise rests on (README "v9": uniform/H64's 0.29 ms to
-#: 0.235-0.25 if SPLIT_FIT's a is a latency that more CTAs hide). Session 16's were v2-compact, v2-tight,
+#: session 18's: the uniform and mixed pairs in both orders, kda_rec of tight-r2 (1 split, 2 CTAs an SM)
+#: against v2-tight's (2 splits, 3) with the longest sequence first and not: where tight-r2-longest's
+#: mixed figure comes from (a tail genome times as its twin here: each launch apart, no overlap).
+#: Session 17's were v2-tight, v2-tight-r4, tight, tight-r2 (v9's kda_rec at 4 and 2 CTAs an SM:
+#: r4's 0.290 ms at uniform/H64 = v2-tight's, throughput-bound); session 16's v2-compact, v2-tight,
 #: v2-compact-pdl3 and -pdl2 (kda_prep alone at 5 / 6 / 3 / 2 CTAs per SM).
-DEFAULT_GENOMES = "split-bf16-v2-tight,split-bf16-v2-tight-r4,split-bf16-tight,split-bf16-tight-r2"
+DEFAULT_GENOMES = "split-bf16-tight-r2,split-bf16-tight-r2-longest,split-bf16-v2-tight,split-bf16-v2-tight-longest"
 
 
 def compile_cubin(family: Any, genome: Any, cache_dir: Path) -> bytes:

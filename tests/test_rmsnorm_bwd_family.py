@@ -878,3 +878,6 @@ def test_backward_probe_files_name_valid_v5_genomes_with_a_reason_each(path):
     assert len(set(keys)) == len(keys)
     if path.name == "rmsnorm_bwd_v5_sched_probe.json":
         assert keys[:2] == ["b7d1aedd", "fb4fbace"]
+    if path.name == "rmsnorm_bwd_v5_slack_probe.json":     # session 17: b7d1aedd on the 7 clusters held at once
+        assert keys == ["eefa2c4e", "d30696bb", "b7d1aedd"]
+        assert probe["genomes"][0]["genome"] == {**probe["genomes"][2]["genome"], "cluster_slack": 1}

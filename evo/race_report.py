@@ -45,6 +45,10 @@ def race_figure(result: dict[str, Any]) -> Figure:
     return fig
 
 
+def _same(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "**no**")
+
+
 def race_markdown(result: dict[str, Any]) -> str:
     size = result["space_size"]
     lines = [f"# Search efficiency on a recorded slice ({_label(result)})", ""]
@@ -67,15 +71,17 @@ def race_markdown(result: dict[str, Any]) -> str:
               f"{'yes' if result['goal']['ours_fewer_than_every_kernel_tuner_strategy'] else 'no'}.",
               f"- Lessons for ga+lessons: {result.get('lessons') or 'none given (left out)'}.", "",
               "| strategy | side | evaluations to 99 % (median) | quartiles | seeds reaching it | final fraction (median) "
-              "| evaluations made (mean) |", "|---|---|---:|---|---:|---:|---:|"]
+              "| evaluations made (mean) | seed 0 again the same |", "|---|---|---:|---|---:|---:|---:|---|"]
     for name, s in result["strategies"].items():
         e = s["evals_to_99"]
         shown = "" if s.get("shown", True) else " (not shown: not the best of the rest)"
         lines.append(f"| {name}{shown} | {s['side']} | {_fmt(e['median'])} | {_fmt(e['q1'])} - {_fmt(e['q3'])} | "
                      f"{e['reached']}/{e['seeds']} | {s['final_fraction']['median']:.4f} | "
-                     f"{s['mean_evaluations_made']:.0f} |")
+                     f"{s['mean_evaluations_made']:.0f} | {_same(s.get('reproducible'))} |")
     lines += ["", "Seeds that never reached 99 % count as beyond the budget in the medians (\"not reached\" when more "
-              "than half did not).", "", f"Made by: `{result.get('command') or 'evo slice race'}`", ""]
+              "than half did not). \"Seed 0 again the same\": seed 0 searched a second time gave the same trace; "
+              "where it did not, that strategy's figures move from one run of the command to the next.", "",
+              f"Made by: `{result.get('command') or 'evo slice race'}`", ""]
     return "\n".join(lines)
 
 

@@ -112,6 +112,10 @@ def test_cli_export_race_and_warm_start(slice_file, tmp_path, capsys):
     assert {"ga", "random", "ga+screen", "kt:genetic_algorithm", "kt:bayes_opt", "kt:simulated_annealing",
             "kt:random_sample", "kt:mls"} <= set(result["strategies"])
     assert "ga+lessons" not in result["strategies"]           # no lessons given: left out, and said so
+    # seed 0 searched twice: ours and Kernel Tuner's random_sample give the same trace again
+    assert all(result["strategies"][n]["reproducible"] for n in ("ga", "random", "ga+screen", "kt:random_sample"))
+    assert all(isinstance(st["reproducible"], bool) for st in result["strategies"].values())
+    assert "seed 0 again the same" in prefix.with_suffix(".md").read_text()
     assert "**Synthetic**" in prefix.with_suffix(".md").read_text() and prefix.with_suffix(".png").stat().st_size
     warm = tmp_path / "warm"
     assert main(["slice", "warm-start", str(slice_file), "--out", str(warm), "--holdout", "long", "--seeds", "2",

@@ -21,6 +21,7 @@ import pytest
 
 from fitness.family import KERNELS_DIR, import_sibling, load_family
 from genomes.kda import NAMED, SPACE, SPACES
+from tests.test_kda_rec_occupancy import _compile, _function  # one SASS reader for the KDA kernels' tests
 
 FAMILY = load_family("kda")
 fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
@@ -116,21 +117,6 @@ def test_the_tail_source_and_the_launches_are_the_twins_with_kda_rec_overlapped(
     ns: dict = {}
     exec(compile(fam.export_launch_source(), "_geometry.py", "exec"), ns)  # noqa: S102
     assert [d["overlap"] for d in ns["launch"](dict(g), 8192, 1, 64, "fp32")] == [False, True]
-
-
-def _compile(tmp_path, genome):
-    from fitness.compile import Compiler  # noqa: PLC0415
-
-    res = Compiler(tmp_path).compile(FAMILY.render(genome), FAMILY.compile_flags(genome))
-    assert res.ok, res.log[-3000:]
-    if not res.sass:
-        pytest.skip("no cuobjdump: " + res.log[-300:])
-    return res
-
-
-def _function(sass: str, fn: str) -> list[str]:
-    text = sass.split("Function : " + fn + "\n")[1].split("Function :")[0]
-    return [ln.split("*/", 1)[1].split(";")[0].strip() for ln in text.splitlines() if ln.strip().startswith("/*") and ";" in ln]
 
 
 def _op(x: str) -> str:

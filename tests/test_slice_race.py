@@ -223,7 +223,7 @@ def test_a_partial_slice_is_refused_by_the_race_and_the_warm_start(slice_file, s
         json.dump(data, fh)
     full = load_slice(str(whole))
     assert full.valid_genomes == full.recorded == 5940 and full.whole
-    dropped = data["evaluations"].pop(17)
+    data["evaluations"].pop(17)
     partial = tmp_path / "partial.json.gz"
     with gzip.open(partial, "wt") as fh:
         json.dump(data, fh)

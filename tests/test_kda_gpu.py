@@ -253,11 +253,17 @@ def test_bounded_rec_equals_its_twin_and_passes_the_judge(tmp_path, cp, name, tw
     spills), so o and the final state should equal the twin's bit for bit (asserted as the other twin
     tests: at most 1 element in 10^4, rel RMS < 1e-3); and the whole judge's CHECK and smoke BENCH at
     that residency, where a register-starved build that ptxas got wrong would show."""
+    _assert_equals_twin_and_passes_the_judge(tmp_path, cp, name, twin, 900)
+
+
+def _assert_equals_twin_and_passes_the_judge(tmp_path, cp, name, twin, seed):
+    """o and the final state of genome `name` equal its twin's (at most 1 element in 10^4, rel RMS
+    < 1e-3) on the smoke and CHECK cases, then the whole judge's CHECK and smoke BENCH pass it."""
     from genomes.kda import NAMED
 
     g = NAMED[name]
     cases = FAMILY.benchmark_cases("smoke") + FAMILY.check_cases()
-    for case, out, x, _, _, differ, rel in _twin_outputs(tmp_path, cp, g, NAMED[twin], cases, 900):
+    for case, out, x, _, _, differ, rel in _twin_outputs(tmp_path, cp, g, NAMED[twin], cases, seed):
         print(name, case.id, out, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
         assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, out, differ, rel)
     _assert_all_ok([g], _judge([g], "smoke", tmp_path / "judge", baselines=("flashkda",)))
@@ -274,14 +280,7 @@ def test_tail_overlap_equals_its_twin_and_passes_the_judge(tmp_path, cp, name, t
     and ACQBULK), so o and the final state should equal the twin's bit for bit (asserted as the other
     twin tests: at most 1 element in 10^4, rel RMS < 1e-3). A record read before kda_prep wrote it
     would read the poisoned workspace: far off. Then the whole judge's CHECK and smoke BENCH."""
-    from genomes.kda import NAMED
-
-    g = NAMED[name]
-    cases = FAMILY.benchmark_cases("smoke") + FAMILY.check_cases()
-    for case, out, x, _, _, differ, rel in _twin_outputs(tmp_path, cp, g, NAMED[twin], cases, 1100):
-        print(name, case.id, out, "differing elements", differ, "of", x.size, f"rel {rel:.2e}")
-        assert differ <= x.size // 10_000 and rel < 1e-3, (case.id, out, differ, rel)
-    _assert_all_ok([g], _judge([g], "smoke", tmp_path / "judge", baselines=("flashkda",)))
+    _assert_equals_twin_and_passes_the_judge(tmp_path, cp, name, twin, 1100)
 
 
 @pytest.mark.slow

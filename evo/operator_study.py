@@ -7,16 +7,18 @@ new bests a search finds per 100 children, when the child is chosen by the guide
 (operators/guided.py, reading the parent's recorded evidence: ptxas resources, per-case TB/s
 against the measured copy ceiling, failures) or at random (plain mutation), median over seeds.
 
-What it is not: a replay can only answer genomes that were recorded, and the recordings are GA
-runs (a few hundred genomes of a space of millions), not a dense slice. So both operators are
-restricted the same way: from a parent, each may only propose a recorded genome not yet judged in
-this seed that differs from the parent in 1..`max_distance` genes (a mutation's reach). Plain
-mutation takes one of them uniformly at random; guided takes one that moves the genes of a rule
-fired by the parent's evidence in the rule's direction (rules tried in a drawn order), and falls
-back to a uniform pick (counted) when no recorded neighbour does. Both start from
-the same random recorded population per seed and pick parents by the same tournament, so the
-only difference is which neighbour is chosen. The .md says this; a densely recorded slice (real
-verdicts for every genome the operators can ask for) will replace these recordings.
+What it is not, on GA recordings: a replay can only answer genomes that were recorded, and a GA
+run holds a few hundred genomes of a space of millions. So both operators are restricted the same
+way: from a parent, each may only propose a recorded genome not yet judged in this seed that
+differs from the parent in 1..`max_distance` genes (a mutation's reach). Plain mutation takes one
+of them uniformly at random; guided takes one that moves the genes of a rule fired by the
+parent's evidence in the rule's direction (rules tried in a drawn order), and falls back to a
+uniform pick (counted) when no recorded neighbour does. Both start from the same random recorded
+population per seed and pick parents by the same tournament, so the only difference is which
+neighbour is chosen. On a whole dense slice (`evo slice`: every valid genome of a sub-space
+recorded) the restriction is only the sub-space's: every neighbour either operator can ask for
+inside it has a real verdict. The .md says which of the two the data is, and gives the paired
+seeds' sign test rather than a verdict written in advance.
 """
 
 from __future__ import annotations
@@ -57,6 +59,31 @@ def load_recordings(paths: Sequence[str | Path]) -> tuple[list[Evaluation], dict
         for e in evs:
             by_key[e.key] = e
     return list(by_key.values()), meta
+
+
+def dense_slice(paths: Sequence[str | Path]) -> dict[str, Any] | None:
+    """What makes the data a dense slice (one recording, a grid over a sub-space, every valid genome
+    of it recorded), or None: the .md's caveats differ between the two."""
+    if len(paths) != 1:
+        return None
+    from evo.slice import load_slice
+
+    try:
+        sl = load_slice(str(paths[0]))
+    except (OSError, ValueError, KeyError):
+        return None
+    if sl.valid_genomes is None or not sl.whole:
+        return None
+    return {"valid_genomes": sl.valid_genomes, "recorded": sl.recorded, "varied_genes": sl.varied}
+
+
+def sign_test(higher: int, lower: int) -> float:
+    """Two-sided exact sign test of paired seeds (ties dropped): the chance of a split at least this
+    uneven if neither operator were better."""
+    n, k = higher + lower, min(higher, lower)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
 
 
 def _moves(rule: Rule, space: GeneSpace, parent: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
@@ -188,9 +215,12 @@ def study(paths: Sequence[str | Path], *, seeds: int = 20, children: int = 60, p
     pairs = [(g["improvement_rate"], m["improvement_rate"]) for g, m in zip(per_seed[0::2], per_seed[1::2])]
     paired = {"guided_higher": sum(g > m for g, m in pairs), "mutation_higher": sum(m > g for g, m in pairs),
               "equal": sum(g == m for g, m in pairs)}
+    paired["sign_test_p"] = sign_test(paired["guided_higher"], paired["mutation_higher"])
+    dense = dense_slice(paths)
     return {
         "what": ("guided rules vs plain mutation, both restricted to recorded genomes within max_distance genes of "
-                 "the parent (recorded real verdicts; not a dense slice)"),
+                 "the parent (recorded real verdicts; " + ("a whole dense slice)" if dense else "GA recordings, not a "
+                                                            "dense slice)")),
         **{k: meta[k] for k in ("family", "space_version", "metric", "baseline", "sources")},
         "recorded_genomes": len(pool), "seeds": list(range(seeds)), "children_per_seed": children,
         "population": population, "max_distance": max_distance, "tournament": tournament,
@@ -206,8 +236,7 @@ def study(paths: Sequence[str | Path], *, seeds: int = 20, children: int = 60, p
         "rules_fired": dict(fired.most_common()), "rules_file": str(rules_file),
         "paired_improvement_rate": paired,
         "per_seed": per_seed,
-        "dense_slice": "not yet recorded: a densely recorded slice (every genome the operators can ask for) "
-                       "will replace these recordings",
+        "dense_slice": dense,
     }
 
 
@@ -248,6 +277,17 @@ def write(result: Mapping[str, Any], out: str | Path) -> tuple[Path, Path]:
     fig.savefig(png, dpi=110)
     plt.close(fig)
     r = result
+    pr, dense = r["paired_improvement_rate"], r.get("dense_slice")
+    directed_share = r["guided_directed_median"] / max(1, r["guided_children_median"])
+    p_value = pr.get("sign_test_p", 1.0)
+    if p_value < 0.05:
+        verdict = ("On this data guided is better than plain mutation" if pr["guided_higher"] > pr["mutation_higher"]
+                   else "On this data plain mutation is better than guided") + " at the 5 % level."
+    else:
+        verdict = "On this data the two are not told apart at the 5 % level."
+    if directed_share < 0.5:
+        verdict += (" Most of guided's children are fallbacks (below): the recordings rarely hold the genome a rule "
+                    "asks for.")
     srcs = "; ".join(f"`{s['path']}` ({s['evaluations']} evaluations, run {s['run_id']}, {s['device']})"
                      for s in r["sources"])
     lines = [
@@ -262,14 +302,14 @@ def write(result: Mapping[str, Any], out: str | Path) -> tuple[Path, Path]:
         f"| children per seed (median) | {r['guided_children_median']:g} | {r['mutation_children_median']:g} |", "",
         "![per seed](" + png.name + ")", "",
         f"Seed by seed (same start, same parent draws), guided's improvement rate was higher in "
-        f"{r['paired_improvement_rate']['guided_higher']}, lower in {r['paired_improvement_rate']['mutation_higher']} "
-        f"and equal in {r['paired_improvement_rate']['equal']} of {len(r['seeds'])} seeds. On this data the guided "
-        "rules do not show a clear gain over plain mutation: most of guided's children are fallbacks (below), "
-        "because the recordings rarely hold the genome a rule asks for.", "",
+        f"{pr['guided_higher']}, lower in {pr['mutation_higher']} and equal in {pr['equal']} of {len(r['seeds'])} "
+        f"seeds (two-sided sign test over the untied seeds: p = {pr.get('sign_test_p', 1.0):.3g}). {verdict}", "",
         "## What this is, exactly", "",
-        f"- Data: real H200 verdicts recorded by GA runs, {srcs}; {r['recorded_genomes']} distinct genomes of "
+        f"- Data: real H200 verdicts, {srcs}; {r['recorded_genomes']} distinct genomes of "
         f"space {r['family']} {r['space_version'] or '(latest)'} (a genome recorded twice keeps its later verdict). "
-        f"Fitness: `{r['metric']}` against {r['baseline']}.",
+        f"Fitness: `{r['metric']}` against {r['baseline']}." + (
+            f" A whole dense slice: every one of the {dense['valid_genomes']} valid genomes of a sub-space varying "
+            f"{', '.join(dense['varied_genes'])} is recorded." if dense else " GA recordings, not a dense slice."),
         f"- The replay answers only recorded genomes, so both operators are restricted alike: from a parent each may "
         f"propose only a recorded genome, not yet judged in the seed, that differs from the parent in 1 to "
         f"{r['max_distance']} genes. Plain mutation picks one uniformly; guided picks one that moves the genes of a "
@@ -280,10 +320,13 @@ def write(result: Mapping[str, Any], out: str | Path) -> tuple[Path, Path]:
         f"parents by a tournament of {r['tournament']}; {r['children_per_seed']} children per operator per seed. "
         "An improved child is verified and faster than its parent (or its parent failed); a new best is faster "
         "than everything judged before it in the seed.",
-        "- What it cannot say: the recorded genomes are a GA's path (biased towards good regions, a few hundred "
-        "of a space of millions), so rates here are about choosing among those neighbours, not about the whole "
-        "space; a rule whose direction leads to unrecorded genomes cannot show its worth.",
-        "- " + r["dense_slice"].capitalize() + " (the lessons issue records one); rerun the command on it.", "",
+        ("- What it cannot say: the slice is one sub-space (the genes above, the others fixed), so a rule whose "
+         "direction leaves it (a gene the slice fixes) cannot show its worth here; rates are for this sub-space's "
+         "neighbourhoods." if dense else
+         "- What it cannot say: the recorded genomes are a GA's path (biased towards good regions, a few hundred "
+         "of a space of millions), so rates here are about choosing among those neighbours, not about the whole "
+         "space; a rule whose direction leads to unrecorded genomes cannot show its worth. A densely recorded "
+         "slice (`evo slice`) removes this restriction: rerun the command on one."), "",
         "Rules that chose a child (all seeds): " + ", ".join(f"{k} {v}" for k, v in r["rules_fired"].items()) + ".",
         "",
         f"Guided children that followed a fired rule: median {r['guided_directed_median']:g} of "

@@ -119,9 +119,14 @@ def test_cli_export_race_and_warm_start(slice_file, tmp_path, capsys):
     assert "**Synthetic**" in prefix.with_suffix(".md").read_text() and prefix.with_suffix(".png").stat().st_size
     warm = tmp_path / "warm"
     assert main(["slice", "warm-start", str(slice_file), "--out", str(warm), "--holdout", "long", "--seeds", "2",
-                 "--budget", "60"]) == 0
+                 "--budget", "60", "--other-holdouts"]) == 0
     w = json.loads(warm.with_suffix(".json").read_text())
     assert w["holdout_class"] == "long" and w["lessons_from_classes"] == ["mid", "short"]
+    # every class held out in turn, the headline first and equal to the top-level figures
+    assert list(w["holdouts"]) == ["long", "mid", "short"] and w["holdouts"]["mid"]["lessons_from_classes"] == [
+        "long", "short"]
+    assert w["holdouts"]["long"]["warm_evals_to_99"] == w["warm_evals_to_99"]
+    assert "Every class held out in turn" in warm.with_suffix(".md").read_text()
     assert set(w) >= {"cold_evals_to_99", "warm_evals_to_99", "ratio", "seeds"}
     assert any("used as a transfer" in line for line in w["lessons_log"])
     assert main(["slice", "race", str(tmp_path / "nope.json"), "--out", str(prefix)]) == 2
@@ -240,3 +245,40 @@ def test_a_partial_slice_is_refused_by_the_race_and_the_warm_start(slice_file, s
     half = dataclasses.replace(sl, source=dataclasses.replace(sl.source, evaluations=sl.evaluations[::2]))
     with pytest.raises(ValueError, match="asked a genome outside"):
         run_ours(half, "random", 0, 60)
+
+
+def test_operator_study_says_which_data_it_had(slice_file, tmp_path, synthetic_space, synthetic_table):
+    """A whole grid recording is named a dense slice (with its valid-genome count); a partial grid,
+    several recordings, or a recording that names no grid are not; the verdict sentence follows the
+    paired seeds' sign test, not a text written in advance."""
+    from evo.operator_study import dense_slice, study, write
+    from evo.run import Run, new_run_info
+    from evo.session import dump_run
+    from evo.store import open_store
+    from tests.test_grid import grid_cfg
+
+    url = f"sqlite:///{tmp_path / 'whole.db'}"
+    with open_store(url) as store:
+        store.create_run(new_run_info(grid_cfg(), "slice"))
+        Run(grid_cfg(), synthetic_space, store, synthetic_table, "slice").optimize()
+    whole = tmp_path / "whole.json.gz"
+    dump_run(f"{url}#slice", whole)
+    dense = dense_slice([whole])
+    assert dense is not None and dense["valid_genomes"] == dense["recorded"] > 0
+    assert dense_slice([whole, whole]) is None                     # several recordings: a pool, not a slice
+    assert dense_slice([_partly_recorded(tmp_path, synthetic_space, synthetic_table)]) is None
+    assert dense_slice([slice_file]) is None                       # no grid recorded: nothing says it is whole
+    result = study([whole], seeds=4, children=10)
+    assert result["dense_slice"] == dense and "a whole dense slice" in result["what"]
+    _, md = write(result, tmp_path / "ops")
+    text = md.read_text()
+    assert f"every one of the {dense['valid_genomes']} valid genomes" in text and "GA's path" not in text
+    assert f"p = {result['paired_improvement_rate']['sign_test_p']:.3g}" in text
+
+
+def test_sign_test():
+    from evo.operator_study import sign_test
+
+    assert sign_test(0, 0) == 1.0 and sign_test(3, 3) == 1.0
+    assert sign_test(15, 4) == pytest.approx(0.01921, abs=1e-5) == sign_test(4, 15)
+    assert sign_test(10, 0) == pytest.approx(2 / 1024)

@@ -75,6 +75,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "the runs are measured on")
     w.add_argument("--seeds", type=int, default=10, help="cold and warm runs, one seed each (default 10)")
     w.add_argument("--budget", type=int, help="evaluations per run (default: 10 %% of the class, at least 20)")
+    w.add_argument("--other-holdouts", action="store_true", help="also hold out every other class in turn (same "
+                   "seeds and budget) and tabulate them beside the headline class: one class's figure alone can "
+                   "flatter or hide the transfer")
 
 
 def _kt_rest() -> tuple[str, ...]:
@@ -263,23 +266,53 @@ def _race(args) -> int:
         lessons = RunLessons.select(read_lessons(args.lessons), key)
         for line in lessons.log:
             print(line, file=sys.stderr)
-    result = race(sl, seeds=args.seeds, budget=args.budget, lessons=lessons, lessons_label=args.lessons or "",
+    result = race(sl, seeds=args.seeds, budget=args.budget, lessons=lessons,
+                  lessons_label=_lessons_label(lessons) if lessons is not None else "",
                   kt_rest=[s for s in args.kt_rest.split(",") if s], progress=lambda s: print(s, file=sys.stderr))
-    result["command"] = " ".join(["evo", *sys.argv[1:]]) if sys.argv else ""
+    result["command"] = _command()
     for path in write_race(result, args.out):
         print(f"wrote {path}")
     return 0
 
 
+def _lessons_label(lessons) -> str:
+    """Which recordings the lessons came from (a file the race was given may be a temporary one)."""
+    sources = sorted({src for x, _ in lessons.used for src in x.sources})
+    classes = sorted({x.shape_class for x, _ in lessons.used})
+    return f"{len(classes)} lessons ({', '.join(classes)}) built from {', '.join(sources) or 'unnamed runs'}"
+
+
+def _command() -> str:
+    """The command line that made a result, as a user would type it again: `evo ...`, or
+    `python SCRIPT ...` when a script called the CLI (search_efficiency.py)."""
+    if not sys.argv:
+        return ""
+    head = Path(sys.argv[0])
+    if head.suffix == ".py" and head.name != "__main__.py":
+        try:
+            head = head.resolve().relative_to(Path.cwd())
+        except ValueError:
+            pass
+        return " ".join(["python", str(head), *sys.argv[1:]])
+    return " ".join(["evo", *sys.argv[1:]])
+
+
 def _warm(args) -> int:
-    from evo.race import warm_start
+    from evo.race import holdout_summary, warm_start
     from evo.race_report import write_warm
     from evo.slice import load_slice
 
     sl = load_slice(args.slice)
     result = warm_start(sl, args.holdout, seeds=args.seeds, budget=args.budget,
                         progress=lambda s: print(s, file=sys.stderr))
-    result["command"] = " ".join(["evo", *sys.argv[1:]]) if sys.argv else ""
+    if args.other_holdouts:
+        result["holdouts"] = {args.holdout: holdout_summary(result)}
+        for cls in sl.classes:
+            if cls != args.holdout:
+                other = warm_start(sl, cls, seeds=args.seeds, budget=args.budget,
+                                   progress=lambda s: print(s, file=sys.stderr))
+                result["holdouts"][cls] = holdout_summary(other)
+    result["command"] = _command()
     for path in write_warm(result, args.out):
         print(f"wrote {path}")
     return 0

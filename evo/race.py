@@ -292,5 +292,11 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
     }
 
 
-__all__ = ["OURS", "KT_NAMED", "KT_REST", "Trace", "best_so_far", "evals_to", "race", "run_kernel_tuner",
+def holdout_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """One warm start's headline figures (a row of the other-holdouts table)."""
+    return {k: result[k] for k in ("cold_evals_to_99", "warm_evals_to_99", "ratio", "goal_ratio_at_most_0.3",
+                                   "lessons_from_classes", "seeds", "budget", "per_seed")}
+
+
+__all__ = ["OURS", "holdout_summary", "KT_NAMED", "KT_REST", "Trace", "best_so_far", "evals_to", "race", "run_kernel_tuner",
            "run_ours", "summarize", "warm_start"]

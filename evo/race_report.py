@@ -126,6 +126,15 @@ def warm_markdown(result: dict[str, Any]) -> str:
               f"- ratio warm / cold: {'-' if ratio is None else f'{ratio:.2f}'} (goal: <= 0.30; "
               f"{'met' if result['goal_ratio_at_most_0.3'] else 'not met'})", "", "What the run was told:", ""]
     lines += [f"- {x}" for x in result["lessons_log"]]
+    if result.get("holdouts"):
+        lines += ["", "Every class held out in turn (same seeds and budget; the first row is the headline):", "",
+                  "| held-out class | lessons from | cold: evaluations to 99 % (median) | warm | ratio | goal <= 0.30 |",
+                  "|---|---|---:|---:|---:|---|"]
+        for cls, h in result["holdouts"].items():
+            r = h["ratio"]
+            lines.append(f"| {cls} | {', '.join(h['lessons_from_classes'])} | {_fmt(h['cold_evals_to_99'])} | "
+                         f"{_fmt(h['warm_evals_to_99'])} | {'-' if r is None else f'{r:.2f}'} | "
+                         f"{'met' if h['goal_ratio_at_most_0.3'] else 'not met'} |")
     lines += ["", f"Made by: `{result.get('command') or 'evo slice warm-start'}`", ""]
     return "\n".join(lines)
 

@@ -2,12 +2,15 @@
 
     python experiments/scripts/search_efficiency.py                  # the SYNTHETIC slice (labelled so)
     python experiments/scripts/search_efficiency.py --slice results/slice/rmsnorm_fwd_slice_h200.json.gz \\
-        --lessons LESSONS.json --holdout bf16/long                   # the H200 slice, once recorded
+        --lessons-from results/rejudge/rejudge_run.json.gz --holdout bf16/long --warm-seeds 20   # the H200 slice
 
 Synthetic: the slice comes from tests/data/make_synthetic_slice.py, and ga+lessons uses lessons
 built from a GA run replayed on another synthetic recording (tests/data/synthetic_table.csv): an
-earlier run of the same family, not the slice itself. On the H200 slice, pass lessons built from
-earlier H200 runs of the same space version (`evo lessons build ...; evo lessons export ...`).
+earlier run of the same family, not the slice itself. On the H200 slice, ga+lessons takes lessons
+built from earlier H200 recordings of the same space version, never from the slice: `--lessons-from`
+builds them here (`evo lessons build` + `export` into a temporary store), `--lessons` takes an
+exported file. The warm start holds out `--holdout` (the headline) and then every other class in
+turn, tabulated beside it.
 """
 
 from __future__ import annotations
@@ -39,10 +42,20 @@ def synthetic(tmp: Path) -> tuple[str, str]:
     return str(slice_path), str(tmp / "lessons.json")
 
 
+def lessons_of(recordings: list[str], tmp: Path) -> str:
+    """Lessons of earlier recordings, exported to a file ga+lessons reads."""
+    store = f"sqlite:///{tmp / 'earlier_lessons.db'}"
+    assert evo(["lessons", "build", *recordings, "--store", store]) == 0
+    assert evo(["lessons", "export", "--store", store, "--out", str(tmp / "earlier_lessons.json")]) == 0
+    return str(tmp / "earlier_lessons.json")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slice", help="the slice's recording (default: the synthetic one)")
     ap.add_argument("--lessons", help="lessons for ga+lessons (default with the synthetic slice: an earlier run's)")
+    ap.add_argument("--lessons-from", nargs="+", metavar="RECORDING",
+                    help="earlier recordings (evo dump files) to build ga+lessons' lessons from")
     ap.add_argument("--holdout", default="long", help="the warm start's held-out shape class")
     ap.add_argument("--out-dir", default="results")
     ap.add_argument("--seeds", type=int, default=20)
@@ -51,11 +64,13 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         slice_path, lessons = (args.slice, args.lessons) if args.slice else synthetic(Path(tmp))
+        if args.lessons_from:
+            lessons = lessons_of(args.lessons_from, Path(tmp))
         out = Path(args.out_dir)
         race = ["slice", "race", slice_path, "--out", str(out / "search_efficiency"), "--seeds", str(args.seeds),
                 "--budget", str(args.budget)] + (["--lessons", lessons] if lessons else [])
         warm = ["slice", "warm-start", slice_path, "--out", str(out / "warm_start"), "--holdout", args.holdout,
-                "--seeds", str(args.warm_seeds), "--budget", str(args.budget)]
+                "--seeds", str(args.warm_seeds), "--budget", str(args.budget), "--other-holdouts"]
         return evo(race) or evo(warm)
 
 

@@ -75,6 +75,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "the runs are measured on")
     w.add_argument("--seeds", type=int, default=10, help="cold and warm runs, one seed each (default 10)")
     w.add_argument("--budget", type=int, help="evaluations per run (default: 10 %% of the class, at least 20)")
+    w.add_argument("--lessons-from", metavar="SLICE", help="build the lessons from this other whole slice (same "
+                   "family and space version, e.g. the sub-space in another dtype) instead of the slice minus the "
+                   "held-out class")
     w.add_argument("--other-holdouts", action="store_true", help="also hold out every other class in turn (same "
                    "seeds and budget) and tabulate them beside the headline class: one class's figure alone can "
                    "flatter or hide the transfer")
@@ -303,13 +306,14 @@ def _warm(args) -> int:
     from evo.slice import load_slice
 
     sl = load_slice(args.slice)
-    result = warm_start(sl, args.holdout, seeds=args.seeds, budget=args.budget,
+    origin = load_slice(args.lessons_from) if args.lessons_from else None
+    result = warm_start(sl, args.holdout, seeds=args.seeds, budget=args.budget, lessons_from=origin,
                         progress=lambda s: print(s, file=sys.stderr))
     if args.other_holdouts:
         result["holdouts"] = {args.holdout: holdout_summary(result)}
         for cls in sl.classes:
             if cls != args.holdout:
-                other = warm_start(sl, cls, seeds=args.seeds, budget=args.budget,
+                other = warm_start(sl, cls, seeds=args.seeds, budget=args.budget, lessons_from=origin,
                                    progress=lambda s: print(s, file=sys.stderr))
                 result["holdouts"][cls] = holdout_summary(other)
     result["command"] = _command()

@@ -40,6 +40,7 @@ from evo.lesson_build import build_lessons
 from evo.run import Run, new_run_info
 from evo.slice import Slice
 from evo.store import open_store
+from fitness.objectives import geomean
 
 TARGET = 0.99
 OURS = ("ga", "random", "ga+screen", "ga+lessons")
@@ -254,13 +255,94 @@ def race(sl: Slice, *, seeds: int = 20, budget: int | None = None, lessons: RunL
 
 # -- the warm start ----------------------------------------------------------------------------
 
+def _ranks(xs: Sequence[float]) -> list[float]:
+    """Average ranks (1 = smallest), ties sharing their mean rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    out = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (None with fewer than 3 pairs or a constant side)."""
+    if len(a) < 3:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    den = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return num / den if den else None
+
+
+def transfer_information(sl: Slice, holdout: str, target: float = TARGET,
+                         source: Slice | None = None) -> dict[str, Any]:
+    """How much the other classes' recorded landscapes say about the held-out one, independent of
+    any search: per source class, the rank correlation of the two classes' fitness over the genomes
+    verified on both, and the position, when the slice is judged in that class's order (best first,
+    failures last), of the first genome within `target` of the held-out class's optimum; the same
+    for the order of the sources' mean rank and of their geomean fitness (the objective's own
+    aggregate: two reasonable ways to combine the sources, reported together because they can
+    disagree by a hundredfold); and uniform draws' expected position (without replacement, failures
+    skipped). A warm start can only be as fast as what the lessons know: where
+    every source order puts the held-out class's good genomes hundreds deep, no use of those
+    lessons brings them into the first few evaluations. `source`: the lessons' slice when it is
+    another recording (a dtype held out: its classes against this slice's genomes, matched by
+    genome key; a genome it lacks counts as failed there)."""
+    src = source or sl
+    sources = [c for c in src.classes if c != holdout]
+    fit = {holdout: [sl.fitness(e, holdout) for e in sl.evaluations]}
+    for c in sources:
+        by_key = {e.key: src.fitness(e, c) for e in src.evaluations}
+        fit[c] = [by_key.get(e.key) for e in sl.evaluations]
+    best = max(f for f in fit[holdout] if f is not None)
+    good = [f is not None and f >= target * best - 1e-12 for f in fit[holdout]]
+
+    def first_hit(score: Sequence[float | None]) -> int | None:
+        order = sorted(range(len(score)), key=lambda i: (score[i] is None, -(score[i] or 0.0), i))
+        return next((pos for pos, i in enumerate(order, 1) if good[i]), None)
+
+    per: dict[str, Any] = {}
+    for s in sources:
+        both = [(a, b) for a, b in zip(fit[holdout], fit[s]) if a is not None and b is not None]
+        per[s] = {"spearman": spearman([a for a, _ in both], [b for _, b in both]), "first_hit": first_hit(fit[s])}
+    ranks = {s: _ranks([f if f is not None else -math.inf for f in fit[s]]) for s in sources}
+    mean_rank = [statistics.fmean(ranks[s][i] for s in sources) if all(fit[s][i] is not None for s in sources)
+                 else None for i in range(len(sl.evaluations))]
+    geo = [geomean([fit[s][i] for s in sources]) if all(fit[s][i] is not None and fit[s][i] > 0 for s in sources)
+           else None for i in range(len(sl.evaluations))]
+    verified = sum(f is not None for f in fit[holdout])
+    hits = sum(good)
+    return {"holdout": holdout, "target_fraction": target, "genomes_within_target": hits,
+            "verified": verified, "sources": per, "mean_rank_first_hit": first_hit(mean_rank),
+            "geomean_first_hit": first_hit(geo),
+            "uniform_expected_first_hit": (verified + 1) / (hits + 1) if hits else None}
+
+
 def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None = None,
+               lessons_from: Slice | None = None,
                progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Lessons built from the slice without class `holdout` warm-start a run on that class."""
+    """Lessons built from the slice without class `holdout` warm-start a run on that class; with
+    `lessons_from`, lessons of another whole slice of the same family and space version (e.g. the
+    same sub-space in another dtype: the issue's dtype held out) instead."""
     sl.require_whole()
-    built = build_lessons([sl.source], exclude_classes=[holdout], seed=0)
+    origin = lessons_from or sl
+    if lessons_from is not None:
+        lessons_from.require_whole()
+        if (lessons_from.source.family, lessons_from.source.space_version) != (sl.source.family,
+                                                                             sl.source.space_version):
+            raise ValueError(f"lessons from {lessons_from.source.label} ({lessons_from.source.family} "
+                             f"{lessons_from.source.space_version}) cannot warm-start {sl.source.label} "
+                             f"({sl.source.family} {sl.source.space_version})")
+    built = build_lessons([origin.source], exclude_classes=[holdout], seed=0)
     if not built:
-        raise ValueError(f"slice {sl.source.label}: no lessons without class {holdout!r} (one class only?)")
+        raise ValueError(f"slice {origin.source.label}: no lessons without class {holdout!r} (one class only?)")
     key = RunKey(sl.source.family, sl.source.space_version, sl.source.arch, (holdout,))
     lessons = RunLessons.select(built, key)
     table = sl.for_class(holdout)
@@ -288,6 +370,8 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
         "goal_ratio_at_most_0.3": bool(cold_m and warm_m is not None and warm_m / cold_m <= 0.3),
         "per_seed": {"cold_final": cold_final, "cold_evals_to_99": cold_hits, "warm_evals_to_99": warm_hits},
         "class_optimum": optimum,
+        "lessons_from_slice": origin.source.label,
+        "transfer_information": transfer_information(sl, holdout, source=lessons_from),
         "curves": summarize(cold + warm, optimum, budget),
     }
 
@@ -295,8 +379,8 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
 def holdout_summary(result: dict[str, Any]) -> dict[str, Any]:
     """One warm start's headline figures (a row of the other-holdouts table)."""
     return {k: result[k] for k in ("cold_evals_to_99", "warm_evals_to_99", "ratio", "goal_ratio_at_most_0.3",
-                                   "lessons_from_classes", "seeds", "budget", "per_seed")}
+                                   "lessons_from_classes", "seeds", "budget", "per_seed", "transfer_information")}
 
 
-__all__ = ["OURS", "holdout_summary", "KT_NAMED", "KT_REST", "Trace", "best_so_far", "evals_to", "race", "run_kernel_tuner",
+__all__ = ["OURS", "holdout_summary", "spearman", "transfer_information", "KT_NAMED", "KT_REST", "Trace", "best_so_far", "evals_to", "race", "run_kernel_tuner",
            "run_ours", "summarize", "warm_start"]

@@ -112,12 +112,18 @@ def warm_figure(result: dict[str, Any]) -> Figure:
     return fig
 
 
+def _fmt_corr(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.2f}"
+
+
 def warm_markdown(result: dict[str, Any]) -> str:
     lines = [f"# Warm start on a held-out shape class ({_label(result)})", ""]
     if result.get("synthetic"):
         lines += ["**Synthetic**: computed on tests/data/make_synthetic_slice.py's formula, not on a GPU.", ""]
     ratio = result["ratio"]
-    lines += [f"Lessons built from the slice without class **{result['holdout_class']}** (classes "
+    other = result.get("lessons_from_slice") not in (None, result["slice"])
+    origin = f"another slice, {result['lessons_from_slice']}," if other else "the slice"
+    lines += [f"Lessons built from {origin} without class **{result['holdout_class']}** (classes "
               f"{', '.join(result['lessons_from_classes'])}) start a run on that class alone "
               f"({result['space_size']} genomes, budget {result['budget']}, {result['seeds']} seeds). Cold: "
               f"{result['cold']}; warm: {result['warm']}.", "",
@@ -135,6 +141,21 @@ def warm_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {cls} | {', '.join(h['lessons_from_classes'])} | {_fmt(h['cold_evals_to_99'])} | "
                          f"{_fmt(h['warm_evals_to_99'])} | {'-' if r is None else f'{r:.2f}'} | "
                          f"{'met' if h['goal_ratio_at_most_0.3'] else 'not met'} |")
+    infos = [h["transfer_information"] for h in (result.get("holdouts") or {}).values() if h.get("transfer_information")]
+    infos = infos or ([result["transfer_information"]] if result.get("transfer_information") else [])
+    if infos:
+        lines += ["", "What the other classes' landscapes say about the held-out one (no search: the slice judged in "
+                  "a source class's order, best first; where the first genome within 99 % of the held-out optimum "
+                  "comes; rank correlation over genomes verified on both):", "",
+                  "| held-out class | genomes within 99 % (of verified) | source class: Spearman, first hit in its "
+                  "order | mean-rank order: first hit | geomean order: first hit | uniform draws: expected first hit |",
+                  "|---|---:|---|---:|---:|---:|"]
+        for t in infos:
+            src = "; ".join(f"{s}: {_fmt_corr(v['spearman'])}, {_fmt(v['first_hit'])}" for s, v in t["sources"].items())
+            u = t["uniform_expected_first_hit"]
+            lines.append(f"| {t['holdout']} | {t['genomes_within_target']} ({t['verified']}) | {src} | "
+                         f"{_fmt(t['mean_rank_first_hit'])} | {_fmt(t.get('geomean_first_hit'))} | "
+                         f"{'-' if u is None else f'{u:.0f}'} |")
     lines += ["", f"Made by: `{result.get('command') or 'evo slice warm-start'}`", ""]
     return "\n".join(lines)
 

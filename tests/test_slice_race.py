@@ -282,3 +282,47 @@ def test_sign_test():
     assert sign_test(0, 0) == 1.0 and sign_test(3, 3) == 1.0
     assert sign_test(15, 4) == pytest.approx(0.01921, abs=1e-5) == sign_test(4, 15)
     assert sign_test(10, 0) == pytest.approx(2 / 1024)
+
+
+def test_spearman_matches_its_definition():
+    from evo.race import spearman
+
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833, abs=1e-6)    # tie: mean ranks
+    assert spearman([1, 2], [1, 2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_transfer_information_reads_the_source_orders(sl):
+    """On the synthetic slice: per source class, where the held-out class's first good genome comes
+    in that class's order, checked against a direct sort; positions are 1-based, within the slice."""
+    from evo.race import transfer_information
+
+    info = transfer_information(sl, "long")
+    assert set(info["sources"]) == set(sl.classes) - {"long"}
+    fit = {c: [sl.fitness(e, c) for e in sl.evaluations] for c in sl.classes}
+    best = max(f for f in fit["long"] if f is not None)
+    for s, v in info["sources"].items():
+        order = sorted(range(len(fit[s])), key=lambda i: (fit[s][i] is None, -(fit[s][i] or 0.0), i))
+        first = next(p for p, i in enumerate(order, 1) if fit["long"][i] is not None and fit["long"][i] >= 0.99 * best)
+        assert v["first_hit"] == first and -1 <= v["spearman"] <= 1
+    assert 1 <= info["mean_rank_first_hit"] <= len(sl.evaluations) and 1 <= info["geomean_first_hit"] <= len(
+        sl.evaluations)
+    assert info["uniform_expected_first_hit"] == pytest.approx((info["verified"] + 1) / (info["genomes_within_target"] + 1))
+
+
+def test_warm_start_with_lessons_of_another_slice(sl, slice_file):
+    """--lessons-from: lessons of another whole slice (here the same recording loaded again, so the
+    figures must equal the same-slice warm start's); another family or space version is refused."""
+    import dataclasses
+
+    from evo.race import warm_start
+
+    same = warm_start(sl, "long", seeds=2, budget=40)
+    other = load_slice(str(slice_file))
+    crossed = warm_start(sl, "long", seeds=2, budget=40, lessons_from=other)
+    assert crossed["per_seed"] == same["per_seed"] and crossed["lessons_from_slice"] == other.source.label
+    assert crossed["transfer_information"] == same["transfer_information"]
+    wrong = dataclasses.replace(other, source=dataclasses.replace(other.source, space_version="v0"))
+    with pytest.raises(ValueError, match="cannot warm-start"):
+        warm_start(sl, "long", seeds=1, budget=20, lessons_from=wrong)

@@ -13,6 +13,9 @@ if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then GPUS=$(echo "$CUDA_VISIBLE_DEVICES" 
 else GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
 [ "${GPUS:-0}" -gt 1 ] && GRID_BATCH=${GRID_BATCH:-$((8 * GPUS))}
 echo "slice: ${GPUS:-0} GPU(s), grid batch ${GRID_BATCH:-of the config}"
-python3 experiments/device/record_slice.py ${GRID_BATCH:+--grid-batch "$GRID_BATCH"} --config experiments/rmsnorm_fwd_slice_h200.toml \
-    --dump results/slice/rmsnorm_fwd_slice_h200.json.gz --session-s "${SESSION_S:-540}" \
-    --out "$OUT/rmsnorm_fwd_slice_h200.json.gz" 2>&1 | tail -n 40
+# SLICE_CONFIG / SLICE_DUMP: another slice (e.g. experiments/rmsnorm_fwd_slice_fp16_h200.toml and its dump)
+SLICE_CONFIG=${SLICE_CONFIG:-experiments/rmsnorm_fwd_slice_h200.toml}
+SLICE_DUMP=${SLICE_DUMP:-results/slice/rmsnorm_fwd_slice_h200.json.gz}
+python3 experiments/device/record_slice.py ${GRID_BATCH:+--grid-batch "$GRID_BATCH"} --config "$SLICE_CONFIG" \
+    --dump "$SLICE_DUMP" --session-s "${SESSION_S:-540}" \
+    --out "$OUT/$(basename "$SLICE_DUMP")" 2>&1 | tail -n 40

@@ -6,7 +6,6 @@ device's to answer."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 from fitness.family import load_family
 from genomes import load_space

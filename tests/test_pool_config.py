@@ -13,7 +13,7 @@ from evo.config import ConfigError
 from evo.evaluators import build_evaluator, check_environment
 from evo.run import Run, new_run_info
 from evo.store import open_store, sqlite_url
-from tests.conftest import REPO, TABLE, make_config, subprocess_env
+from tests.conftest import TABLE, make_config, subprocess_env
 
 
 def problems(**evaluator) -> list[str]:

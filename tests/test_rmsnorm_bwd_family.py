@@ -18,8 +18,7 @@ import pytest
 
 from fitness.family import load_family
 from genomes import load_space
-from genomes.rmsnorm_bwd import (DEFAULT, SPACE, SPACES, register_cap, register_demand_v3, register_demand_v4,
-                                  register_demand_v5)
+from genomes.rmsnorm_bwd import (DEFAULT, SPACE, SPACES, register_cap, register_demand_v5)
 
 FAMILY = load_family("rmsnorm_bwd")
 FAM = sys.modules["_kernels_rmsnorm_bwd_family"]

@@ -3,7 +3,6 @@ compile test lives with the suite, tests/test_cheats_gpu.py)."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 
 import numpy as np

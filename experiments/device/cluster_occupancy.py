@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fitness.family import Case, load_family  # noqa: E402
+from fitness.family import load_family  # noqa: E402
 from genomes import load_space  # noqa: E402
 
 

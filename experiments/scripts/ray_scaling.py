@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import os
-import random
 import signal
 import statistics
 import subprocess

@@ -76,7 +76,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--seeds", type=int, default=10, help="cold and warm runs, one seed each (default 10)")
     w.add_argument("--budget", type=int, help="evaluations per run (default: 10 %% of the class, at least 20)")
     w.add_argument("--lessons-from", metavar="SLICE", help="build the lessons from this other whole slice (same "
-                   "family and space version, e.g. the sub-space in another dtype) instead of the slice minus the "
+                   "family, space version and GPU architecture, e.g. the sub-space in another dtype) instead of the slice minus the "
                    "held-out class")
     w.add_argument("--other-holdouts", action="store_true", help="also hold out every other class in turn (same "
                    "seeds and budget) and tabulate them beside the headline class: one class's figure alone can "

@@ -329,17 +329,18 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
                lessons_from: Slice | None = None,
                progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Lessons built from the slice without class `holdout` warm-start a run on that class; with
-    `lessons_from`, lessons of another whole slice of the same family and space version (e.g. the
-    same sub-space in another dtype: the issue's dtype held out) instead."""
+    `lessons_from`, lessons of another whole slice of the same family, space version and GPU
+    architecture (e.g. the same sub-space in another dtype: the issue's dtype held out) instead."""
     sl.require_whole()
     origin = lessons_from or sl
     if lessons_from is not None:
         lessons_from.require_whole()
-        if (lessons_from.source.family, lessons_from.source.space_version) != (sl.source.family,
-                                                                             sl.source.space_version):
-            raise ValueError(f"lessons from {lessons_from.source.label} ({lessons_from.source.family} "
-                             f"{lessons_from.source.space_version}) cannot warm-start {sl.source.label} "
-                             f"({sl.source.family} {sl.source.space_version})")
+        # the arch too: RunLessons.select refuses another GPU's lessons, and the "warm" runs would be cold ones
+        # reported as lessons of the other slice's classes
+        of = lambda s: (s.source.family, s.source.space_version, s.source.arch)  # noqa: E731
+        if of(lessons_from) != of(sl):
+            raise ValueError(f"lessons from {lessons_from.source.label} ({' '.join(of(lessons_from))}) cannot "
+                             f"warm-start {sl.source.label} ({' '.join(of(sl))})")
     built = build_lessons([origin.source], exclude_classes=[holdout], seed=0)
     if not built:
         raise ValueError(f"slice {origin.source.label}: no lessons without class {holdout!r} (one class only?)")

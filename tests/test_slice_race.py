@@ -326,3 +326,8 @@ def test_warm_start_with_lessons_of_another_slice(sl, slice_file):
     wrong = dataclasses.replace(other, source=dataclasses.replace(other.source, space_version="v0"))
     with pytest.raises(ValueError, match="cannot warm-start"):
         warm_start(sl, "long", seeds=1, budget=20, lessons_from=wrong)
+    # another GPU's lessons would all be refused (RunLessons.select): the "warm" runs would be cold ones
+    # reported as lessons of the other slice's classes, so the warm start refuses them up front
+    elsewhere = dataclasses.replace(other, source=dataclasses.replace(other.source, arch="sm_80"))
+    with pytest.raises(ValueError, match="cannot warm-start"):
+        warm_start(sl, "long", seeds=1, budget=20, lessons_from=elsewhere)

@@ -331,3 +331,20 @@ def test_warm_start_with_lessons_of_another_slice(sl, slice_file):
     elsewhere = dataclasses.replace(other, source=dataclasses.replace(other.source, arch="sm_80"))
     with pytest.raises(ValueError, match="cannot warm-start"):
         warm_start(sl, "long", seeds=1, budget=20, lessons_from=elsewhere)
+
+
+def test_search_efficiency_refuses_lessons_and_lessons_from_together(monkeypatch, capsys):
+    """--lessons-from replaced --lessons without a word: the two are exclusive, refused before any work."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments/scripts/search_efficiency.py"
+    spec = importlib.util.spec_from_file_location("search_efficiency_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(sys, "argv", [str(path), "--slice", "s.json.gz", "--lessons", "L.json",
+                                      "--lessons-from", "earlier.json.gz"])
+    with pytest.raises(SystemExit) as exc:
+        script.main()
+    assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

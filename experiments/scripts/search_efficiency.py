@@ -53,9 +53,10 @@ def lessons_of(recordings: list[str], tmp: Path) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slice", help="the slice's recording (default: the synthetic one)")
-    ap.add_argument("--lessons", help="lessons for ga+lessons (default with the synthetic slice: an earlier run's)")
-    ap.add_argument("--lessons-from", nargs="+", metavar="RECORDING",
-                    help="earlier recordings (evo dump files) to build ga+lessons' lessons from")
+    given = ap.add_mutually_exclusive_group()       # --lessons-from would silently replace --lessons
+    given.add_argument("--lessons", help="lessons for ga+lessons (default with the synthetic slice: an earlier run's)")
+    given.add_argument("--lessons-from", nargs="+", metavar="RECORDING",
+                       help="earlier recordings (evo dump files) to build ga+lessons' lessons from")
     ap.add_argument("--holdout", default="long", help="the warm start's held-out shape class")
     ap.add_argument("--out-dir", default="results")
     ap.add_argument("--seeds", type=int, default=20)

@@ -445,9 +445,26 @@ SPACE_V5 = GeneSpace(
     constraints=tuple(_V5_REPLACED.get(c.name, c) for c in SPACE_V4.constraints) + V5_CONSTRAINTS,
 )
 
+#: space v6 (session 18): where dw is accumulated. pass2: after the row exchange, beside dx (as
+#: before); shadow: from the loaded rstd between sending the row sums and waiting for them (the
+#: st.async exchange's wait, kernels/rmsnorm_bwd/INT21_NOTES.md section 3.B), so only dx is left
+#: after the exchange. Its template code sits in //@dw_update regions: pass2 genomes render byte for
+#: byte as in v5. No register change is modelled: the shadow reads x and dy as pass 2 does (from
+#: the registers, the staging slots or L2) and holds nothing across the exchange that pass 2 did not.
+DW_UPDATE = Choice("dw_update", options=("pass2", "shadow"), group="compile", legacy="pass2",
+                   doc="where dw += dy * xhat is done: pass2 (after the row exchange, beside dx) | shadow (from "
+                       "the loaded rstd while the row sums are exchanged; v6: needs rstd_mode = load)")
+V6_CONSTRAINTS = (
+    implies("shadow_needs_loaded_rstd", ("dw_update", "rstd_mode"),
+            lambda v: v["dw_update"] == "shadow", lambda v: v["rstd_mode"] == "load",
+            "dw_update = shadow accumulates dw before the exchange, when only a loaded rstd is known: rstd_mode = load"),
+)
+SPACE_V6 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V5.genes + (DW_UPDATE,),
+                     constraints=SPACE_V5.constraints + V6_CONSTRAINTS)
+
 #: every version of the space, and the latest (what a new run uses)
-SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5}
-SPACE = SPACE_V5
+SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6}
+SPACE = SPACE_V6
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread
 #: (a CTA covers 2048 vectors = 16K bf16 columns), clusters of 16 for longer rows (262144 bf16 =

@@ -29,6 +29,10 @@
 //   BWD_L2 (space v5): x and dy are not staged: one bulk L2 prefetch (cp.async.bulk.prefetch.L2,
 //   SASS UBLKPF) per row and tensor S - 1 groups ahead, both passes ld.global from L2 (pass 2 is a
 //   re-read), so a CTA's shared memory holds only the dw accumulators and more CTAs fit an SM
+//@ BWD_DW_SHADOW (space v6, gene dw_update = shadow; its code sits in //@dw_update regions, so
+//@ genomes at dw_update = pass2 render byte for byte as before v6): dw += dy * x * rstd from the
+//@ loaded rstd between sending the row sums and waiting for the cluster's (st.async exchange: in
+//@ the exchange's shadow; otherwise just before the exchange); after it only dx is left
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 
@@ -58,6 +62,14 @@
 #if BWD_L2 && BWD_STAGING
 #error "BWD_L2 replaces staging: x and dy are not copied into shared memory"
 #endif
+//@dw_update new
+#ifndef BWD_DW_SHADOW
+#define BWD_DW_SHADOW 0        // space v6: 1 = dw accumulated before the exchange completes
+#endif
+#if BWD_DW_SHADOW && BWD_RECOMPUTE
+#error "dw_update = shadow needs the row's rstd before the exchange: rstd loaded, not recomputed"
+#endif
+//@dw_update end
 #if BWD_ROLLED && !(BWD_DW_SMEM && (BWD_STAGING || BWD_L2) && !BWD_WEIGHT_REGS)
 #error "rolled vector loops need dw in shared memory, x and dy re-read (shared memory or L2) and the weight re-read"
 #endif
@@ -399,6 +411,7 @@ __device__ __forceinline__ void st_async_s32(const int* slot, unsigned rank, int
 // (tpr >= 32, geometry()), so a warp belongs to one row. xch holds 2 x R x C x (tpr / 32) x NV
 // floats. Each warp sums the row's C x wpr slots the same way (lane l takes l, l + 32, ..., then a
 // shuffle tree), so every CTA gets the same sums bit for bit.
+//@dw_update legacy
 template <int C>
 __device__ __forceinline__ void row_reduce_async(float* v, int tpr, int it, float* xch, uint64_t* xbar,
                                                  int* xg = nullptr, int nxt = 0, int* got = nullptr) {
@@ -435,6 +448,65 @@ __device__ __forceinline__ void row_reduce_async(float* v, int tpr, int it, floa
     v[i] = s;
   }
 }
+//@dw_update new
+template <int C>
+__device__ __forceinline__ void row_send_async(float* v, int tpr, int it, float* xch, uint64_t* xbar,
+                                               int* xg = nullptr, int nxt = 0) {
+  const int par = it & 1;
+  const int lane = threadIdx.x & 31, wr = threadIdx.x >> 5, wpr = tpr >> 5, R = blockDim.y;
+  const unsigned me = cluster_rank();
+#pragma unroll
+  for (int i = 0; i < BWD_NV; ++i)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v[i] += __shfl_xor_sync(BWD_FULL, v[i], o);
+  if (threadIdx.x == 0 && threadIdx.y == 0)
+    mbar_expect(xbar + par, (unsigned)(C * R * wpr * BWD_NV * 4) + (xg != nullptr ? 4u : 0u));
+  float* const rowx = xch + (size_t)(par * R + threadIdx.y) * C * wpr * BWD_NV;
+  if (lane < C) {
+#pragma unroll
+    for (int i = 0; i < BWD_NV; ++i) st_async_f32(rowx + ((int)me * wpr + wr) * BWD_NV + i, (unsigned)lane, v[i], xbar + par);
+  }
+#if BWD_SCHED_DYNAMIC
+  if (xg != nullptr && me == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    for (int dst = 0; dst < C; ++dst) st_async_s32(xg + par, (unsigned)dst, nxt, xbar + par);
+  }
+#else
+  (void)nxt;
+#endif
+}
+
+// the second half: wait for every rank's warp sums of this row group (and, dynamic, the next group
+// index), then sum them; between the two halves a thread may do work that needs no row sum
+template <int C>
+__device__ __forceinline__ void row_finish_async(float* v, int tpr, int it, float* xch, uint64_t* xbar,
+                                                 int* xg = nullptr, int* got = nullptr) {
+  const int par = it & 1;
+  const unsigned ph = (unsigned)((it >> 1) & 1);
+  const int lane = threadIdx.x & 31, wpr = tpr >> 5, R = blockDim.y;
+  float* const rowx = xch + (size_t)(par * R + threadIdx.y) * C * wpr * BWD_NV;
+  mbar_wait(xbar + par, ph);
+#if BWD_SCHED_DYNAMIC
+  if (xg != nullptr) *got = xg[par];
+#else
+  (void)xg; (void)got;
+#endif
+#pragma unroll
+  for (int i = 0; i < BWD_NV; ++i) {
+    float s = 0.f;
+    for (int q = lane; q < C * wpr; q += 32) s += rowx[q * BWD_NV + i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(BWD_FULL, s, o);
+    v[i] = s;
+  }
+}
+
+template <int C>
+__device__ __forceinline__ void row_reduce_async(float* v, int tpr, int it, float* xch, uint64_t* xbar,
+                                                 int* xg = nullptr, int nxt = 0, int* got = nullptr) {
+  row_send_async<C>(v, tpr, it, xch, xbar, xg, nxt);
+  row_finish_async<C>(v, tpr, it, xch, xbar, xg, got);
+}
+//@dw_update end
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -721,6 +793,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
       }
     }
     int got = 0;
+//@dw_update legacy
 #if BWD_XCHG_ASYNC
     if constexpr (C > 1) {
 #if BWD_SCHED_DYNAMIC
@@ -737,6 +810,66 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
       row_reduce<C>(s, tpr, par, red, xch);
 #endif
     }
+//@dw_update new
+#if BWD_DW_SHADOW
+    // dw += dy * xhat from the loaded rstd (pass 2's arithmetic, bit for bit), x and dy read as
+    // pass 2 reads them, while the row sums are in flight
+    auto dw_shadow = [&]() {
+      const float rr = rq[0];
+      BWD_VLOOP
+      for (int j = 0; j < K; ++j) {
+        BWD_FETCH(j)
+#if BWD_DW_SMEM
+        float av[E];
+        const bool upd = live && BWD_OWN(j);
+        if (upd) acc_load(av, j);
+#define BWD_ACC(i) av[i]
+#else
+#define BWD_ACC(i) acc[j][i]
+#endif
+#pragma unroll
+        for (int q = 0; q < BWD_NW; ++q) {
+          float xf[EPW], df[EPW];
+          Tr<T>::unpack(xv[q], xf);
+          Tr<T>::unpack(dv[q], df);
+#pragma unroll
+          for (int e = 0; e < EPW; ++e) BWD_ACC(q * EPW + e) = fmaf(df[e], xf[e] * rr, BWD_ACC(q * EPW + e));
+        }
+#undef BWD_ACC
+#if BWD_DW_SMEM
+        if (upd) acc_store(av, j);
+#endif
+      }
+    };
+#endif
+#if BWD_XCHG_ASYNC
+    if constexpr (C > 1) {
+#if BWD_SCHED_DYNAMIC
+      row_send_async<C>(s, tpr, it, xch, xbar, dyn ? xg : nullptr, nxt);
+#else
+      row_send_async<C>(s, tpr, it, xch, xbar);
+#endif
+#if BWD_DW_SHADOW
+      dw_shadow();
+#endif
+#if BWD_SCHED_DYNAMIC
+      row_finish_async<C>(s, tpr, it, xch, xbar, dyn ? xg : nullptr, &got);
+#else
+      row_finish_async<C>(s, tpr, it, xch, xbar);
+#endif
+    } else
+#endif
+    {
+#if BWD_DW_SHADOW
+      dw_shadow();
+#endif
+#if BWD_SCHED_DYNAMIC
+      row_reduce<C>(s, tpr, par, red, xch, dyn ? xg : nullptr, nxt, &got);
+#else
+      row_reduce<C>(s, tpr, par, red, xch);
+#endif
+    }
+//@dw_update end
 #if BWD_RECOMPUTE
     const float r = rsqrtf(fmaf(s[1], inv_n, eps));
 #else
@@ -757,6 +890,22 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
       BWD_FETCH(j)
       uint32_t o[BWD_NW];
+//@dw_update new
+#if BWD_DW_SHADOW
+#pragma unroll
+      for (int q = 0; q < BWD_NW; ++q) {
+        float xf[EPW], df[EPW], gf[EPW];
+        Tr<T>::unpack(xv[q], xf);
+        Tr<T>::unpack(dv[q], df);
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) {
+          const float xh = xf[e] * r;
+          gf[e] = r * fmaf(-xh, c, wj[q * EPW + e] * df[e]);
+        }
+        o[q] = Tr<T>::pack(gf);
+      }
+#else
+//@dw_update end
 #if BWD_DW_SMEM
       float av[E];
       const bool upd = live && BWD_OWN(j);
@@ -782,6 +931,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #if BWD_DW_SMEM
       if (upd) acc_store(av, j);
 #endif
+//@dw_update new
+#endif
+//@dw_update end
       if (live && BWD_OWN(j)) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
     }
 #if BWD_STAGES == 2 && !BWD_STAGING && !BWD_L2

@@ -8,6 +8,7 @@ commands; evo.cli registers them).
     evo slice export-kt SLICE --out CACHE.json [--class C]   # Kernel Tuner's cache format
     evo slice race SLICE --out PREFIX [--seeds 20] [--budget N] [--lessons LESSONS]
     evo slice warm-start SLICE --out PREFIX --holdout CLASS [--seeds 10] [--budget N]
+                         [--other-holdouts] [--lessons-from OTHER_SLICE]   # every class in turn; a dtype held out
 """
 
 from __future__ import annotations

@@ -309,7 +309,8 @@ def write(result: Mapping[str, Any], out: str | Path) -> tuple[Path, Path]:
         f"space {r['family']} {r['space_version'] or '(latest)'} (a genome recorded twice keeps its later verdict). "
         f"Fitness: `{r['metric']}` against {r['baseline']}." + (
             f" A whole dense slice: every one of the {dense['valid_genomes']} valid genomes of a sub-space varying "
-            f"{', '.join(dense['varied_genes'])} is recorded." if dense else " GA recordings, not a dense slice."),
+            f"{', '.join(dense['varied_genes'])} is recorded." if dense else " Not a whole dense slice (GA runs, a pool of several recordings, or a partial grid): only the "
+            "genomes recorded there can be asked for."),
         f"- The replay answers only recorded genomes, so both operators are restricted alike: from a parent each may "
         f"propose only a recorded genome, not yet judged in the seed, that differs from the parent in 1 to "
         f"{r['max_distance']} genes. Plain mutation picks one uniformly; guided picks one that moves the genes of a "
@@ -323,10 +324,11 @@ def write(result: Mapping[str, Any], out: str | Path) -> tuple[Path, Path]:
         ("- What it cannot say: the slice is one sub-space (the genes above, the others fixed), so a rule whose "
          "direction leaves it (a gene the slice fixes) cannot show its worth here; rates are for this sub-space's "
          "neighbourhoods." if dense else
-         "- What it cannot say: the recorded genomes are a GA's path (biased towards good regions, a few hundred "
-         "of a space of millions), so rates here are about choosing among those neighbours, not about the whole "
-         "space; a rule whose direction leads to unrecorded genomes cannot show its worth. A densely recorded "
-         "slice (`evo slice`) removes this restriction: rerun the command on one."), "",
+         "- What it cannot say: the recorded genomes are not every genome the operators can ask for (a GA's path "
+         "is biased towards good regions, a few hundred of a space of millions), so rates here are about choosing "
+         "among those neighbours, not about the whole space; a rule whose direction leads to unrecorded genomes "
+         "cannot show its worth. A whole densely recorded slice (`evo slice`) removes this restriction: rerun the "
+         "command on one."), "",
         "Rules that chose a child (all seeds): " + ", ".join(f"{k} {v}" for k, v in r["rules_fired"].items()) + ".",
         "",
         f"Guided children that followed a fired rule: median {r['guided_directed_median']:g} of "

@@ -122,8 +122,9 @@ def warm_markdown(result: dict[str, Any]) -> str:
         lines += ["**Synthetic**: computed on tests/data/make_synthetic_slice.py's formula, not on a GPU.", ""]
     ratio = result["ratio"]
     other = result.get("lessons_from_slice") not in (None, result["slice"])
-    origin = f"another slice, {result['lessons_from_slice']}," if other else "the slice"
-    lines += [f"Lessons built from {origin} without class **{result['holdout_class']}** (classes "
+    origin = (f"another slice, {result['lessons_from_slice']}, for class **{result['holdout_class']}**" if other
+              else f"the slice without class **{result['holdout_class']}**")
+    lines += [f"Lessons built from {origin} (classes "
               f"{', '.join(result['lessons_from_classes'])}) start a run on that class alone "
               f"({result['space_size']} genomes, budget {result['budget']}, {result['seeds']} seeds). Cold: "
               f"{result['cold']}; warm: {result['warm']}.", "",
@@ -148,7 +149,8 @@ def warm_markdown(result: dict[str, Any]) -> str:
                   "a source class's order, best first; where the first genome within 99 % of the held-out optimum "
                   "comes; rank correlation over genomes verified on both):", "",
                   "| held-out class | genomes within 99 % (of verified) | source class: Spearman, first hit in its "
-                  "order | mean-rank order: first hit | geomean order: first hit | uniform draws: expected first hit |",
+                  "order | mean-rank order: first hit | geomean order: first hit | uniform draws among the verified: "
+                  "expected first hit |",
                   "|---|---:|---|---:|---:|---:|"]
         for t in infos:
             src = "; ".join(f"{s}: {_fmt_corr(v['spearman'])}, {_fmt(v['first_hit'])}" for s, v in t["sources"].items())

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call of the dense slice's recording (issue 19): wheels from .whl/ (carry it), then
 # experiments/device/record_slice.py for SESSION_S seconds (default 540), the dump back in $OUT.
-# Copy $OUT/rmsnorm_fwd_slice_h200.json.gz to results/slice/, commit, call again until "whole".
+# Copy $OUT/<the dump's name> (rmsnorm_fwd_slice_h200.json.gz unless SLICE_DUMP says otherwise) to
+# results/slice/, commit, call again until "whole".
 # On a host of several GPUs (nvidia-h200-x2/x4/x8) the judge runs one worker per GPU and the grid asks
 # 8 genomes a GPU at once (GRID_BATCH overrides; 16 on one GPU, the config's).
 set -euo pipefail

@@ -145,3 +145,26 @@ def test_default_and_atomic_pass_the_judge_in_every_dtype(tmp_path):
     fam = sys.modules["_kernels_rmsnorm_bwd_family"]
     genomes = fam.sample_genomes(0)[:2]
     _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")
+
+
+def test_dw_shadow_passes_the_judge_bf16(tmp_path):
+    """Space v6's dw_update = shadow (dw accumulated between sending the row sums and waiting for
+    them) through the judge: the shadow twins of the sample's rstd-loading genomes across every
+    exchange path (unclustered, the barrier exchange, the st.async exchange static and dynamic, x
+    and dy from registers, shared memory and L2) and of d30696bb (the 262144 genome), on the smoke
+    matrix and every CHECK case. A dw taken from the wrong row or visit, or a shadow that runs past
+    the barrier phase it belongs to, shows as a wrong dw."""
+    _gpu_or_skip()
+    family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
+    fam = sys.modules["_kernels_rmsnorm_bwd_family"]
+    space, seeds = _seeds("rmsnorm_bwd_v5.json")
+    base = [g for g in fam.sample_genomes(0) if g["rstd_mode"] == "load"]
+    base += [space.make(space.complete(s["genome"])) for s in seeds if space.make(space.complete(s["genome"])).key.startswith("d30696bb")]
+    genomes = []
+    for g in base:
+        twin = dict(g, dw_update="shadow")
+        if space.is_valid(twin) and space.make(twin) not in genomes:
+            genomes.append(space.make(twin))
+    assert {g["cluster_exchange"] for g in genomes if g["cluster"] > 1} == {"barrier", "async"}
+    assert {g["staging"] for g in genomes} == {"regs", "smem_async", "l2"} and {g["cluster"] for g in genomes} >= {1, 16}
+    _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")

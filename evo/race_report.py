@@ -20,7 +20,9 @@ def _label(result: dict[str, Any]) -> str:
 def _fmt(v: Any) -> str:
     if v is None:
         return "not reached"
-    return f"{v:.0f}" if isinstance(v, (int, float)) else str(v)
+    if isinstance(v, (int, float)):      # a median of an even count of seeds may end in .5: shown, not rounded
+        return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+    return str(v)
 
 
 def race_figure(result: dict[str, Any]) -> Figure:

@@ -28,6 +28,14 @@ def gene_regions(text: str) -> set[str]:
     return {name for _, name, _ in _markers(text)}
 
 
+def at_legacy(space, genome: Mapping) -> dict[str, bool]:
+    """Whether `genome` holds each later-added gene's legacy value, for every gene of `space` that
+    has one (a gene the genome lacks, e.g. one added after the genome's space version, is at its
+    legacy value by definition): what select_regions keys on."""
+    return {gene.name: genome.get(gene.name, gene.legacy) == gene.legacy
+            for gene in space.genes if gene.legacy is not None}
+
+
 def select_regions(text: str, at_legacy: Mapping[str, bool], *, where: str = "template") -> str:
     """`text` with each region's part for the genome kept and the markers removed.
 

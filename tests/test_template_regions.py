@@ -49,3 +49,15 @@ def test_regions_of_different_genes_nest():
     assert select_regions(text, {"wb": False, "wp": True}) == "a\nb\nc\ne\nf"
     assert select_regions(text, {"wb": False, "wp": False}) == "a\nb\nd\ne\nf"
     assert select_regions(text, {"wb": True, "wp": False}) == "a\nf"
+
+
+def test_at_legacy_reads_every_gene_with_a_legacy_value():
+    """at_legacy: genes without a legacy value are not keys; a gene the genome lacks counts as at legacy."""
+    from fitness.template_regions import at_legacy
+    from genomes.genes import Choice
+    from genomes.space import GeneSpace
+
+    space = GeneSpace(name="t", genes=(Choice("a", options=(1, 2)), Choice("b", options=("x", "y"), legacy="x"),
+                                       Choice("c", options=(0, 1), legacy=0)))
+    assert at_legacy(space, {"a": 2, "b": "y", "c": 0}) == {"b": False, "c": True}
+    assert at_legacy(space, {"a": 1}) == {"b": True, "c": True}

@@ -34,7 +34,7 @@ from fitness import dtypes
 from fitness.family import Case, DispatchKey, KeyField, Launch, import_sibling
 from genomes import Genome
 from genomes.rmsnorm import DEFAULT, SPACE
-from fitness.template_regions import select_regions
+from fitness.template_regions import at_legacy, select_regions
 
 op = import_sibling(__file__, "operation")
 
@@ -254,15 +254,8 @@ class RMSNormFamily(op.RMSNormOperation):
             for c in clusters:
                 attr = "" if c == 1 else f"__cluster_dims__({c}, 1, 1)"
                 entries.append(f"RMS_ENTRY({entry_name(xd, wd, c)}, {_CTYPE[xd]}, {_CTYPE[wd]}, {c}, {attr})")
-        body = select_regions(TEMPLATE.read_text(), self._at_legacy(g), where=TEMPLATE.name)
+        body = select_regions(TEMPLATE.read_text(), at_legacy(SPACE, g), where=TEMPLATE.name)
         return "\n".join(head) + "\n\n" + body + "\n" + "\n".join(entries) + "\n"
-
-    @staticmethod
-    def _at_legacy(g: Genome) -> dict[str, bool]:
-        """Whether the genome holds each later-added gene's legacy value (a gene its space lacks,
-        e.g. weight_batch for a v2 genome, is at its legacy value by definition)."""
-        return {gene.name: g.get(gene.name, gene.legacy) == gene.legacy
-                for gene in SPACE.genes if gene.legacy is not None}
 
     def geometry(self, genome: Mapping[str, Any], case: Case) -> Geometry | None:
         dt, _ = _case_dtypes(case)

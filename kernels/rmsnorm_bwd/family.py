@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fitness import dtypes
-from fitness.template_regions import select_regions
+from fitness.template_regions import at_legacy, select_regions
 from fitness.family import Case, DispatchKey, KeyField, Launch, import_sibling
 from genomes import Genome
 from genomes.rmsnorm_bwd import DEFAULT, MAX_DW_SMEM_BYTES, MAX_STAGING_BYTES, SPACE, register_cap
@@ -251,15 +251,8 @@ class RMSNormBwdFamily(op.RMSNormBwdOperation):
             for c in clusters:
                 attr = "" if c == 1 else f"__cluster_dims__({c}, 1, 1)"
                 entries.append(f"BWD_ENTRY({entry_name(xd, c)}, {_CTYPE[xd]}, {c}, {attr})")
-        body = select_regions(TEMPLATE.read_text(), self._at_legacy(g), where=TEMPLATE.name)
+        body = select_regions(TEMPLATE.read_text(), at_legacy(SPACE, g), where=TEMPLATE.name)
         return "\n".join(head) + "\n\n" + body + "\n" + "\n".join(entries) + "\n"
-
-    @staticmethod
-    def _at_legacy(g: Genome) -> dict[str, bool]:
-        """Whether the genome holds each template-region gene's legacy value (a gene its space
-        lacks, e.g. dw_update for a v5 genome, is at its legacy value by definition)."""
-        return {gene.name: g.get(gene.name, gene.legacy) == gene.legacy
-                for gene in SPACE.genes if gene.legacy is not None}
 
     def geometry(self, genome: Mapping[str, Any], case: Case) -> Geometry | None:
         return geometry(genome, int(case.params["M"]), int(case.params["N"]), dtypes.canonical(case.params["dtype"]))

@@ -62,4 +62,4 @@ def test_operators_study_through_the_cli(tmp_path):
         assert key in result
     assert len(result["seeds"]) == 10 and result["recorded_genomes"] == 300
     md = (tmp_path / "ops.md").read_text()
-    assert "not a dense slice" in md and "GA's path" in md and (tmp_path / "ops.png").is_file()
+    assert "Not a whole dense slice" in md and "GA's path" in md and (tmp_path / "ops.png").is_file()

@@ -30,7 +30,7 @@ from fitness import dtypes
 from fitness.template_regions import at_legacy, select_regions
 from fitness.family import Case, DispatchKey, KeyField, Launch, import_sibling
 from genomes import Genome
-from genomes.rmsnorm_bwd import DEFAULT, MAX_DW_SMEM_BYTES, MAX_STAGING_BYTES, SPACE, register_cap
+from genomes.rmsnorm_bwd import DEFAULT, MAX_DW_SMEM_BYTES, MAX_STAGING_BYTES, SPACE, SPACES, register_cap
 
 op = import_sibling(__file__, "operation")
 
@@ -432,9 +432,15 @@ EXTREMES: tuple[dict[str, Any], ...] = (
 )
 
 
+#: the space the test sample is drawn from: v6's register estimate promises no spills (the compile
+#: and GPU tests hold every sampled genome to it); v7 admits genomes ptxas may spill on, which the
+#: judge fails at compile time (tests/test_rmsnorm_bwd_family.py checks both)
+SAMPLE_SPACE = SPACES["v6"]
+
+
 def sample_genomes(n: int, seed: int = 0) -> list[Genome]:
-    """DEFAULT, the EXTREMES, then n seeded random valid genomes (no repeats)."""
-    return SPACE.sample_distinct(n, seed, first=[DEFAULT] + [SPACE.make(e) for e in EXTREMES])
+    """DEFAULT, the EXTREMES, then n seeded random genomes valid under SAMPLE_SPACE (no repeats)."""
+    return SAMPLE_SPACE.sample_distinct(n, seed, first=[DEFAULT] + [SAMPLE_SPACE.make(e) for e in EXTREMES])
 
 
 FAMILY = RMSNormBwdFamily()

@@ -237,48 +237,13 @@ def lesson_from_dict(d: Mapping[str, Any]) -> LessonRecord:
                         seq=int(d.get("seq", -1)))
 
 
-def shared_fields(a: str, b: str) -> int:
-    """How many of two shape classes' "/"-separated fields agree, position by position (a family's
-    shape class is its fields joined by "/", Family.shape_class: "<dtype>/<regime>" classes of two
-    dtypes share the regime, two regimes of one dtype share the dtype)."""
-    return sum(x == y for x, y in zip(a.split("/"), b.split("/")))
-
-
-def _nearest_transfers(used: list[tuple[LessonRecord, str]], lines: list[str],
-                       key: RunKey) -> tuple[list[tuple[LessonRecord, str]], list[str]]:
-    """Only the transferred lessons nearest the run's classes: those sharing the most shape-class
-    fields with one of them. A class the run has never seen is best told by its siblings (the same
-    row regime in another dtype, when the dtype is what was held out), not by a mix in which the
-    siblings' elites are interleaved with those of classes whose best genomes differ (a run on one
-    dtype's slice warm-started by every class of another: results/warm_start_dtype.md). Classes with no
-    field in common all tie, so a run on a new regime still learns from every other regime. A run
-    with lessons of its own classes keeps every transfer (they only follow its own elites)."""
-    score = {id(x): max((shared_fields(x.shape_class, c) for c in key.classes), default=0)
-             for x, how in used if how == "transfer"}
-    if not score or any(how == "own" for _, how in used):
-        return used, lines
-    best = max(score.values())
-    kept, dropped = [], []
-    for x, how in used:
-        (dropped if how == "transfer" and score[id(x)] < best else kept).append((x, how))
-    for x, _ in dropped:
-        line = (f"lesson {x.family}/{x.space_version or '-'}/{x.arch}/{x.shape_class} (seq {x.seq}): ignored: "
-                f"shape class {x.shape_class!r} shares {score[id(x)]} field(s) with this run's "
-                f"{list(key.classes)}, a nearer transferred class shares {best}")
-        log.info("%s", line)
-        lines.append(line)
-    return kept, lines
-
-
 class RunLessons:
     """The lessons one run uses, and why it uses none of the others.
 
     A lesson of another family, gene-space version or GPU architecture is refused, with the reason
     logged and kept in `log` (the run's notes record it): evidence from another space or device is
     never used silently. A lesson of the same key but another shape class is used as a transfer
-    when `transfer` is on (the run's own classes come first everywhere), ignored otherwise; of the
-    transfers of a run with no lesson of its own classes only the nearest are kept
-    (`_nearest_transfers`: most shape-class fields in common), the others ignored with the reason logged.
+    when `transfer` is on (the run's own classes come first everywhere), ignored otherwise.
     """
 
     def __init__(self, used: Sequence[tuple[LessonRecord, str]], log_lines: Sequence[str], key: RunKey):
@@ -312,7 +277,6 @@ class RunLessons:
             line = f"{where}: {why}"
             (log.warning if why.startswith("refused") else log.info)("%s", line)
             lines.append(line)
-        used, lines = _nearest_transfers(used, lines, key)
         used.sort(key=lambda u: (u[1] != "own", u[0].shape_class))
         return cls(used, lines, key)
 

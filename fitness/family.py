@@ -458,9 +458,7 @@ class KernelFamily(abc.ABC):
         """The shape class a case belongs to (what lessons are filed under, evo.lesson_build): cases
         whose best kernels tend to share their structure. Computed from a case's recorded
         parameters, like the dispatch key. Default: the dispatch key's exact group (e.g. the
-        dtype), or "all" for a family without one. Several fields are joined by "/" (e.g.
-        "bf16/long"): a run on a class with no lessons of its own learns from the classes sharing
-        the most fields with it (evo.lessons.shared_fields)."""
+        dtype), or "all" for a family without one."""
         point = self.dispatch_key().point(params)
         return "/".join(point.group) or "all"
 

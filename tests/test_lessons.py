@@ -131,28 +131,6 @@ def test_lessons_of_another_family_version_or_gpu_are_refused(lessons, caplog):
     assert none.used == [] and none.seeds(None, 10) == [] and none.failures.signatures == ()
 
 
-def test_only_the_nearest_transferred_classes_are_used(lessons):
-    """A run on a class no lesson is filed under learns from the classes sharing the most of its
-    "/"-separated fields: on "b/mid" (another dtype's slice) only "a/mid", its sibling, of
-    "a/long", "a/mid", "a/short"; the others are ignored with the reason logged. Classes that share
-    as much as each other (a held-out regime of one dtype: "a/long" among "a/mid" and "a/short") are
-    all used, as before the rule."""
-    from evo.lessons import shared_fields  # noqa: PLC0415
-    assert shared_fields("a/mid", "b/mid") == 1 and shared_fields("a/long", "b/mid") == 0
-    assert shared_fields("long", "mid") == 0 and shared_fields("a/long", "a/long") == 2
-    named = [replace(x, shape_class=f"a/{x.shape_class}") for x in lessons]
-    chosen = RunLessons.select(named, _key(classes=("b/mid",)))
-    assert [(x.shape_class, how) for x, how in chosen.used] == [("a/mid", "transfer")]
-    ignored = [line for line in chosen.log if ": ignored:" in line]
-    assert len(ignored) == 2 and all("a nearer transferred class shares 1" in line for line in ignored)
-    assert chosen.seeds(None, 0) == []
-    held_out = RunLessons.select([x for x in named if x.shape_class != "a/long"], _key(classes=("a/long",)))
-    assert [(x.shape_class, how) for x, how in held_out.used] == [("a/mid", "transfer"), ("a/short", "transfer")]
-    assert not any(": ignored:" in line for line in held_out.log)
-    with_own = RunLessons.select(named + [replace(named[1], shape_class="b/mid")], _key(classes=("b/mid",)))
-    assert [how for _, how in with_own.used] == ["own", "transfer", "transfer", "transfer"]
-
-
 def _run(cfg, space, table, lessons=None, run_id="r"):
     store = open_store("memory://")
     store.create_run(new_run_info(cfg, run_id))

@@ -49,8 +49,9 @@ def test_search_efficiency_is_consistent():
     assert f"**{r['ours_best']}**" in md and f"{r['space_size']} genomes" in md
 
 
-def test_warm_start_is_consistent():
-    w, md = _load("warm_start")
+@pytest.mark.parametrize("name", ["warm_start", "warm_start_dtype"])
+def test_warm_start_is_consistent(name):
+    w, md = _load(name)
     assert w["seeds"] >= 10 and set(w) >= {"cold_evals_to_99", "warm_evals_to_99", "ratio", "seeds"}
     per = w["per_seed"]
     assert w["cold_evals_to_99"] == _median(per["cold_evals_to_99"], w["budget"])

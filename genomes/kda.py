@@ -5,7 +5,8 @@ chunk-parallel kernel (occupancy and its chain of global loads), v6 the recurren
 wgmma, v7 the two kernels of the split pair overlapped (programmatic dependent launch), v8 a
 chunk-parallel kernel at 6 CTAs per SM (`prep = tight`), v9 the recurrence at more CTAs per SM
 (`rec_min_blocks`: its registers capped at 128), v10 the ordinary kda_prep with kda_rec launched to
-overlap its last wave (`prep_overlap = tail`: programmatic dependent launch without persistence).
+overlap its last wave (`prep_overlap = tail`: programmatic dependent launch without persistence), v11
+P6's forward substitution in column order with its stores after the solve (`prep_solve = columns`).
 
 The template runs one CTA of 8 warps per (head, sequence) over chunks of 16 tokens with the state
 in fp32 registers and every product on mma.sync m16n8k16 (bf16 operands, fp32 accumulators). v1's
@@ -250,16 +251,33 @@ V10_CONSTRAINTS = tuple(
 SPACE_V10 = GeneSpace(name="kda", doc=__doc__ or "",
                       genes=tuple(PREP_OVERLAP_V10 if gene.name == "prep_overlap" else gene for gene in SPACE_V9.genes),
                       constraints=V10_CONSTRAINTS)
+#: v11 (kernels/kda/README.md "v11: P6 in column order"): Nsight Compute put kda_prep (tight)
+#: at 73 % issue with the barrier the top stall, 12 % of its stall samples at S6, after P6: one warp's
+#: forward substitution T = (I + L)^-1 diag(beta) (lane j column j) while 7 warps wait. Its SASS is
+#: row by row: row i's T store comes before row i + 1's L loads, which ptxas keeps after it (they may
+#: alias), so each row pays a shared-memory round trip and then an i-long chain of dependent FFMAs
+#: (120 in all, 269 instructions). `columns` runs the same FFMAs (each row's sum in the same order, so
+#: the same roundings: outputs equal the twin's bit for bit) in column order, every T store after the
+#: solve: ptxas hoists and vectorises the L loads and interleaves the rows (the chain x[0] -> x[15] is
+#: 15 FFMAs). P6 is kda_chunk_prep's, so every prep (v3, lean, compact, tight) and the fused kernel
+#: have it: no constraint. Legacy rows: every v10 genome keeps its key and its source (the code sits
+#: in template regions; the render's header leaves the gene out at its legacy value).
+PREP_SOLVE = Choice("prep_solve", options=("rows", "columns"), group="structure", legacy="rows",
+                    doc="rows: P6's forward substitution row by row, each row's T stored before the next row's "
+                        "L is loaded | columns: the same FFMAs in column order (x[l] leaves every later row's "
+                        "sum once final), every T store after the solve (outputs equal rows' bit for bit); v11")
+SPACE_V11 = GeneSpace(name="kda", doc=__doc__ or "", genes=SPACE_V10.genes + (PREP_SOLVE,),
+                      constraints=V10_CONSTRAINTS)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
-          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10}
-SPACE = SPACE_V10
+          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10, "v11": SPACE_V11}
+SPACE = SPACE_V11
 
 #: the first correct kernel: the state's and U's products split, and the intra-chunk ones
 #: (kernel_model: o's relative RMS error ~3e-3 where all-bf16 gives ~4.4e-3, tolerance 5e-3); in
 #: launch order, fused (its key is v1's: `order` and `kernels` are at their legacy values)
 DEFAULT = SPACE.make(dict(chunk=16, split_s=True, split_u=True, split_w=False, split_intra=True, order="index",
                           kernels="fused", rec_v_split=1, prep="v3", rec_mma="mma_sync", prep_overlap="none",
-                          prep_ctas_per_sm=3, rec_min_blocks=1))
+                          prep_ctas_per_sm=3, rec_min_blocks=1, prep_solve="rows"))
 
 #: the genomes the device scripts name (kda_kernel_check.py, kda_fwd_table.py): DEFAULT, every
 #: product split (the most precise, the slowest), no split at all (the fastest of v1; models at
@@ -338,7 +356,16 @@ NAMED = {
                                                         kernels="split", rec_v_split=2, prep="tight",
                                                         order="longest_first", prep_overlap="tail")),
 }
+#: v11: P6 in column order (prep_solve = columns) under session 19's best pairs (results/archive/session19:
+#: tight-r2-longest on mixed/H96 and uniform/H96, v2-tight on fixed/H96; session 17: tight-r2 on uniform,
+#: v2-tight-longest on mixed/H64); outputs equal the twin's (prep_solve = rows) bit for bit
+P6_TWINS = {"split-bf16-tight-r2-p6cols": "split-bf16-tight-r2",
+            "split-bf16-tight-r2-longest-p6cols": "split-bf16-tight-r2-longest",
+            "split-bf16-v2-tight-p6cols": "split-bf16-v2-tight",
+            "split-bf16-v2-tight-longest-p6cols": "split-bf16-v2-tight-longest"}
+NAMED.update({name: SPACE.make(dict(NAMED[twin], prep_solve="columns")) for name, twin in P6_TWINS.items()})
 
-__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "PDL_MAX_PREP_CTAS", "PREP", "PREP_CTAS_PER_SM", "PREP_OVERLAP",
-           "PREP_OVERLAP_V10", "REC_MIN_BLOCKS", "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES", "SPACE_V1", "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5",
-           "SPACE_V6", "SPACE_V7", "SPACE_V8", "SPACE_V9", "SPACE_V10"]
+__all__ = ["DEFAULT", "KERNELS", "NAMED", "ORDER", "P6_TWINS", "PDL_MAX_PREP_CTAS", "PREP", "PREP_CTAS_PER_SM",
+           "PREP_OVERLAP", "PREP_OVERLAP_V10", "PREP_SOLVE", "REC_MIN_BLOCKS", "REC_MMA", "REC_V_SPLIT", "SPACE", "SPACES",
+           "SPACE_V1", "SPACE_V2", "SPACE_V3", "SPACE_V4", "SPACE_V5", "SPACE_V6", "SPACE_V7", "SPACE_V8", "SPACE_V9",
+           "SPACE_V10", "SPACE_V11"]

@@ -283,6 +283,20 @@ def test_tail_overlap_equals_its_twin_and_passes_the_judge(tmp_path, cp, name, t
     _assert_equals_twin_and_passes_the_judge(tmp_path, cp, name, twin, 1100)
 
 
+@pytest.mark.parametrize("name,twin", [("split-bf16-tight-r2-p6cols", "split-bf16-tight-r2"),
+                                       ("split-bf16-tight-r2-longest-p6cols", "split-bf16-tight-r2-longest"),
+                                       ("split-bf16-v2-tight-p6cols", "split-bf16-v2-tight"),
+                                       ("split-bf16-v2-tight-longest-p6cols", "split-bf16-v2-tight-longest")])
+def test_p6_columns_equals_its_twin_and_passes_the_judge(tmp_path, cp, name, twin):
+    """v11's prep_solve = columns: P6's forward substitution in column order, every T store after the
+    solve; each row's sum over the same products in the same order (tests/test_kda_p6.py: the same FP
+    and HMMA instructions, 120 FFMA in P6), so o and the final state should equal the twin's bit for bit
+    (asserted as the other twin tests: at most 1 element in 10^4, rel RMS < 1e-3; a T row stored from
+    a half-finished sum, or a wrong lane's beta, moves whole chunks). Then the whole judge's CHECK
+    (float64, both distributions: o <= 0.005, state <= 0.006) and smoke BENCH."""
+    _assert_equals_twin_and_passes_the_judge(tmp_path, cp, name, twin, 1300)
+
+
 @pytest.mark.slow
 def test_default_on_flashkdas_six_scenarios(tmp_path, cp):
     """The first kernel timed by the judge on the six scenarios beside FlashKDA and fla (-s prints)."""

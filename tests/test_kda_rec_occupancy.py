@@ -28,9 +28,10 @@ R = {"split-bf16-v2-tight-r4": "split-bf16-v2-tight", "split-bf16-tight-r2": "sp
 
 def test_v9_keeps_every_v8_genome_and_adds_the_bound_only_where_it_was_checked():
     v8, v9 = SPACES["v8"], SPACES["v9"]
-    assert SPACE is SPACES["v10"] and SPACE.names == v9.names == v8.names + ("rec_min_blocks",)
+    assert SPACE is SPACES["v11"] and SPACES["v10"].names == v9.names == v8.names + ("rec_min_blocks",)
     for name, g in NAMED.items():
-        if g["rec_min_blocks"] == 1 and g["prep_overlap"] != "tail":      # (tail: v10, tests/test_kda_tail.py)
+        # (tail: v10, tests/test_kda_tail.py; prep_solve = columns: v11, tests/test_kda_p6.py)
+        if g["rec_min_blocks"] == 1 and g["prep_overlap"] != "tail" and g["prep_solve"] == "rows":
             assert g.key == v8.make({k: g[k] for k in v8.names}).key, name
     new = [g for g in v9.enumerate() if g["rec_min_blocks"] != 1]
     assert new and all(g["kernels"] == "split" and g["prep_overlap"] == "none" and g["rec_mma"] == "mma_sync"

@@ -22,15 +22,15 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 def test_space_is_registered_and_default_is_in_it():
     from genomes.kda import SPACE_V1, SPACE_V2, SPACE_V3, SPACES
 
-    assert load_space("kda") is SPACE and SPACE.size() == 41472 and SPACES["v9"].size() == 27648 and SPACES["v8"].size() == 9216 and SPACES["v7"].size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
+    assert load_space("kda") is SPACE and SPACE.size() == 82944 and SPACES["v10"].size() == 41472 and SPACES["v9"].size() == 27648 and SPACES["v8"].size() == 9216 and SPACES["v7"].size() == 6912 and SPACES["v6"].size() == 1152 and SPACES["v5"].size() == 576 and SPACES["v4"].size() == 192
     assert SPACES["v3"].size() == 64 and SPACES["v2"].size() == 32
-    assert SPACE_V3.names == SPACE.names[:-6] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
+    assert SPACE_V3.names == SPACE.names[:-7] and "rec_v_split" not in SPACE_V3.names and not SPACE_V3.constraints
     assert DEFAULT.key == SPACE_V3.make({k: DEFAULT[k] for k in SPACE_V3.names}).key
     assert DEFAULT["chunk"] == 16 and DEFAULT["split_s"] and DEFAULT["split_intra"] and not DEFAULT["split_w"]
     assert DEFAULT["order"] == "index" and DEFAULT["kernels"] == "fused"
     assert DEFAULT.key == SPACE_V1.make({k: DEFAULT[k] for k in SPACE_V1.names}).key
     assert DEFAULT.key == SPACE_V2.make({k: DEFAULT[k] for k in SPACE_V2.names}).key
-    assert SPACE_V2.names == SPACE.names[:-7] and "kernels" not in SPACE_V2.names     # v2 as recorded
+    assert SPACE_V2.names == SPACE.names[:-8] and "kernels" not in SPACE_V2.names     # v2 as recorded
 
 
 def test_render_is_pure_and_sets_every_define():
@@ -110,7 +110,8 @@ def test_v_split_genomes_keep_v3_keys_and_need_the_split_pair():
     # v10's prep_overlap = tail on every split genome without the overlap (tests/test_kda_tail.py)
     v9 = 64 + 2 * 32 + 96 + 24 + 12 + 8 + 24 + 4 + 16
     assert sum(1 for _ in SPACES["v9"].enumerate()) == v9
-    assert sum(1 for _ in SPACE.enumerate()) == v9 + (v9 - 8 - 32)      # less v7's 8 pdl and the 32 fused
+    assert sum(1 for _ in SPACES["v10"].enumerate()) == v9 + (v9 - 8 - 32)      # less v7's 8 pdl and the 32 fused
+    assert sum(1 for _ in SPACE.enumerate()) == 2 * (v9 + (v9 - 8 - 32))      # v11: prep_solve on every one
 
 
 @pytest.mark.parametrize("s", [1, 2, 4])
@@ -265,7 +266,8 @@ def test_wgmma_gene_keeps_v5_keys_and_needs_split_whole_warpgroups_and_one_tile_
     assert not SPACE.is_valid(dict(base, kernels="fused", prep="v3")) and not SPACE.is_valid(dict(base, rec_v_split=4))
     for flag in ("split_s", "split_u", "split_w", "split_intra"):
         assert not SPACE.is_valid(dict(base, prep="v3", **{flag: True})), flag
-    assert sum(1 for g in SPACE.enumerate() if g["rec_mma"] == "wgmma" and g["prep_overlap"] == "none") == 12 + 4  # + v8's tight
+    assert sum(1 for g in SPACE.enumerate() if g["rec_mma"] == "wgmma" and g["prep_overlap"] == "none"
+               and g["prep_solve"] == "rows") == 12 + 4  # + v8's tight (v11: a columns twin of each)
 
 
 def _host_gmma():

@@ -4,7 +4,16 @@
 # after every scenario (copy them to results/kda_fwd_h200.*), then Triton's cache saved for the
 # next call (fla_triton.tgz[.partN]: copy into .peers/ and carry).
 #   carry: .whl .peers/flashkda_ext.tgz .peers/flashkda_ext.commit [.peers/fla_triton.tgz or its parts]
-#   GENOMES (session 18's default: v10's prep_overlap = tail, kda_rec launched with programmatic
+#   GENOMES (session 20's default: v11's prep_solve = columns, P6's forward substitution in column
+#   order with its T stores after the solve (kernels/kda/README.md "v11", an estimate: kda_prep -1.7 %
+#   [-1.0, -2.6], uniform/H64 0.629 [0.626-0.631] ms for tight-r2-p6cols, uniform/H96 0.921 [0.916-0.925]
+#   for tight-r2-longest-p6cols: 1.29x, 1.3x only at the ranges' fast ends), each beside its twin: split-bf16-tight-r2-p6cols / -tight-r2 (the best on
+#   uniform/H64, session 17), split-bf16-tight-r2-longest-p6cols / -tight-r2-longest (the best on
+#   mixed/H96 and uniform/H96, session 19), split-bf16-v2-tight-p6cols / -v2-tight (fixed/H96),
+#   split-bf16-v2-tight-longest-p6cols / -v2-tight-longest (mixed/H64, session 17); the v10 tail twins
+#   left out (session 19: no faster than their twins, results/archive/session19/kda_fwd_h96_partial_h200.md)
+#   and v7's split-bf16-v2-compact-pdl3 (fixed/H64's best by 6 us, 1.67x, where 1.3x is met anyway).
+#   Session 18's default: v10's prep_overlap = tail, kda_rec launched with programmatic
 #   dependent launch over the ordinary kda_prep's last wave (griddepcontrol.wait before its first
 #   record), each beside its twin without it: split-bf16-tight-r2-tail / -tight-r2 (the best on
 #   uniform, session 17: 0.931 / 0.635 ms at H96 / H64), split-bf16-v2-tight-tail / -v2-tight,
@@ -32,8 +41,8 @@
 #   (1.20-1.60x FlashKDA), the baseline of the overlap; v6's wgmma genomes dropped: slower than
 #   mma.sync on the H200, e.g. fixed/H64 0.847 vs 0.745 ms; 5 genomes: ~75 s of table (estimate,
 #   session 13's ~15 s a genome), well inside TABLE_S and BUDGET_S),
-#   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-tight-r2, -tight-r2-longest, -v2-tight,
-#   -v2-tight-longest, each launch timed apart: kda_rec of one and two splits in both orders), PROBE_S (90: after the table;
+#   PROBE_GENOMES (kda_prep_probe.py's: split-bf16-tight-r2, -tight-r2-p6cols (v11: its kda_prep is the
+#   discriminating figure), -tight-r2-longest, -v2-tight, -v2-tight-longest, each launch timed apart: kda_rec of one and two splits in both orders), PROBE_S (90: after the table;
 #   0: no probe),
 #   BUDGET_S (300: no scenario starts later), TABLE_S (380: the table's hard limit; what it finished is
 #   on disk; with PROBE_S and the peers' restore the call stays under a 600 s command), CASES (e.g. H96),
@@ -48,7 +57,7 @@ set -o pipefail
 device_start >/dev/null || exit 1
 # the peers' restore logs at the head of kda_fwd.log (the device returns at most 8 files from $OUT)
 . experiments/device/kda_peers_build.sh > "$OUT/kda_fwd.log" 2>&1; grep -E "restored|ready|Triton cache|missing|not" "$OUT/kda_fwd.log"
-GENOMES="${GENOMES:-split-bf16-tight-r2-tail,split-bf16-tight-r2,split-bf16-v2-tight-tail,split-bf16-v2-tight,split-bf16-v2-tight-longest-tail,split-bf16-v2-tight-longest,split-bf16-tight-r2-longest,split-bf16-v2-compact-pdl3}"
+GENOMES="${GENOMES:-split-bf16-tight-r2-p6cols,split-bf16-tight-r2,split-bf16-tight-r2-longest-p6cols,split-bf16-tight-r2-longest,split-bf16-v2-tight-p6cols,split-bf16-v2-tight,split-bf16-v2-tight-longest-p6cols,split-bf16-v2-tight-longest}"
 if ! grep -q "as_launches" experiments/device/kda_fwd_table.py; then
     echo "kda_fwd_table.py launches one kernel per genome: split genomes left out of $GENOMES"
     GENOMES=$(echo "$GENOMES" | tr ',' '\n' | grep -v '^split' | paste -sd, -); GENOMES="default,${GENOMES}"

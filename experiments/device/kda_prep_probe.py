@@ -37,13 +37,14 @@ from genomes.kda import NAMED  # noqa: E402
 model = import_sibling(str(ROOT / "kernels" / "kda" / "family.py"), "kernel_model")
 fam = import_sibling(str(ROOT / "kernels" / "kda" / "family.py"), "family")
 
-#: session 18's: the uniform and mixed pairs in both orders, kda_rec of tight-r2 (1 split, 2 CTAs an SM)
+#: session 20's adds split-bf16-tight-r2-p6cols (v11: P6 in column order; its kda_prep against
+#: tight-r2's is README "v11"'s discriminating figure, predicted 1.0-2.6 % faster). Session 18's: the uniform and mixed pairs in both orders, kda_rec of tight-r2 (1 split, 2 CTAs an SM)
 #: against v2-tight's (2 splits, 3) with the longest sequence first and not: where tight-r2-longest's
 #: mixed figure comes from (a tail genome times as its twin here: each launch apart, no overlap).
 #: Session 17's were v2-tight, v2-tight-r4, tight, tight-r2 (v9's kda_rec at 4 and 2 CTAs an SM:
 #: r4's 0.290 ms at uniform/H64 = v2-tight's, throughput-bound); session 16's v2-compact, v2-tight,
 #: v2-compact-pdl3 and -pdl2 (kda_prep alone at 5 / 6 / 3 / 2 CTAs per SM).
-DEFAULT_GENOMES = "split-bf16-tight-r2,split-bf16-tight-r2-longest,split-bf16-v2-tight,split-bf16-v2-tight-longest"
+DEFAULT_GENOMES = "split-bf16-tight-r2,split-bf16-tight-r2-p6cols,split-bf16-tight-r2-longest,split-bf16-v2-tight,split-bf16-v2-tight-longest"
 
 
 def compile_cubin(family: Any, genome: Any, cache_dir: Path) -> bytes:

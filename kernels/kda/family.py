@@ -48,6 +48,11 @@ shared memory), each CTA executing griddepcontrol.launch_dependents first, then 
 regions keyed `prep_tail` (`template_text`, fitness/template_regions.py): every genome without it
 renders v9's source byte for byte (its compile key unchanged). `prep_pdl` stays v7's pdl only;
 `rec_overlaps` is whether kda_rec is launched with the overlap (pdl or tail).
+
+`prep_solve = columns` (v11: any genome, P6 being kda_chunk_prep's): P6's forward substitution in
+column order with every T store after the solve (template.cu "P6 (v11"), in template regions keyed
+`prep_solve`; the render's header line leaves the gene out at its legacy value (`LATE_GENES`), so every
+v10 genome renders v10's source byte for byte. Launches, shared memory and the workspace unchanged.
 """
 
 from __future__ import annotations
@@ -207,11 +212,30 @@ def rec_overlaps(genome: Mapping[str, Any]) -> bool:
     return prep_pdl(genome) or prep_tail(genome)
 
 
+def prep_solve_columns(genome: Mapping[str, Any]) -> bool:
+    """P6's forward substitution in column order, T stored after it (gene prep_solve = columns, v11)."""
+    return dict(genome).get("prep_solve", "rows") == "columns"
+
+
+#: genes added after v10, with their legacy values: render() leaves them out of the source's header
+#: line there, so a genome at them renders v10's text (its compile key, the recorded runs' and the
+#: exported package's sources unchanged)
+LATE_GENES = {"prep_solve": "rows"}
+
+
 def template_text(genome: Mapping[str, Any]) -> str:
     """template.cu with the regions (fitness/template_regions.py) of gene values added after v9 kept
-    only for the genomes that hold them: region `prep_tail` (v10) for prep_overlap = tail. Its
-    "legacy" part is every value before v10 (none, pdl), so those genomes render v9's text."""
-    return select_regions(TEMPLATE.read_text(), {"prep_tail": not prep_tail(genome)}, where=TEMPLATE.name)
+    only for the genomes that hold them: region `prep_tail` (v10) for prep_overlap = tail, region
+    `prep_solve` (v11) for prep_solve = columns. Their "legacy" parts are every value before (none,
+    pdl; rows), so those genomes render v9's text."""
+    return select_regions(TEMPLATE.read_text(), {"prep_tail": not prep_tail(genome),
+                                                 "prep_solve": not prep_solve_columns(genome)}, where=TEMPLATE.name)
+
+
+def header_line(genome: Mapping[str, Any], key: str) -> str:
+    """The source's first line: the genome's key and genes, a LATE_GENES gene only away from its legacy value."""
+    g = dict(genome)
+    return f"// kda genome {key}: " + ", ".join(f"{k}={v}" for k, v in g.items() if LATE_GENES.get(k, object()) != v)
 
 
 def prep_ctas_per_sm(genome: Mapping[str, Any]) -> int:
@@ -340,7 +364,7 @@ class KDAFamily(op.KDAOperation):
 
     def render(self, genome: Genome) -> str:
         g = genome if isinstance(genome, Genome) else SPACE.make(dict(genome))
-        head = [f"// kda genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in g)]
+        head = [header_line(g, g.key)]
         head += [f"#define {k} {v}" for k, v in defines(g).items()]
         if split(g):
             entries = ([f"KDA_FLAGS_ZERO_ENTRY({FLAGS_ZERO_ENTRY})"] if prep_pdl(g) else []) + \
@@ -428,8 +452,9 @@ def render_v8(genome: Mapping[str, Any]) -> str | None:
     from genomes.kda import SPACE_V8  # noqa: PLC0415
 
     g = dict(genome)
-    if int(g.pop("rec_min_blocks", 1)) != 1 or prep_tail(g):
+    if int(g.pop("rec_min_blocks", 1)) != 1 or prep_tail(g) or prep_solve_columns(g):
         return None
+    g.pop("prep_solve", None)
     g = SPACE_V8.make(g)
     text = template_text(g)
     for new, old in _V9_EDITS:

@@ -61,6 +61,11 @@
 //@ prep_tail (v10, gene prep_overlap = tail): the ordinary kda_prep executes
 //@ griddepcontrol.launch_dependents first and kda_rec, launched with Launch.overlap, executes
 //@ griddepcontrol.wait after its workspace-free prologue (see the block before kda_prep_body).
+//@ prep_solve (v11, gene prep_solve = columns): P6's forward substitution in column order (once
+//@ x[l] is final it is taken out of every later row's sum; each row's sum keeps its order, so the
+//@ same FFMAs on the same values) with every T store after the solve. The legacy rows order stores
+//@ row i's T before it loads row i + 1 of L, which ptxas cannot move past the store (it may alias):
+//@ one LDS round trip and an i-long dependent FFMA chain per row, 7 warps of 8 waiting at S6.
 // Order (KDA_ORDER_LONGEST, 0 or 1): which sequence the CTAs of grid row blockIdx.y run. 0: the
 // blockIdx.y-th; 1: the blockIdx.y-th longest (ties: the lower index first), so the longest
 // chains start in the first wave (list scheduling, longest first: kernel_model.wave_makespan
@@ -495,6 +500,7 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
     }
     __syncthreads();                                                         // S5
 
+//@prep_solve legacy
     // P6: T = (I + L)^-1 diag(beta), column j by lane j (forward substitution in fp32)
     if (warp == 0 && lane < KDA_CHUNK) {
         float x[KDA_CHUNK];
@@ -507,6 +513,28 @@ __device__ __forceinline__ void kda_chunk_prep(const Stage& st, Sm& sm, const bf
             store_split<KDA_SPLIT_INTRA>(sm.T, i, lane, xi);
         }
     }
+//@prep_solve new
+    // P6 (v11, gene prep_solve = columns): T = (I + L)^-1 diag(beta), column j by lane j, forward
+    // substitution in fp32 in column order: once x[l] is final it leaves every later row's sum (row
+    // i's sum still runs over l = 0, 1, .., i - 1 in that order: the rows order's FFMAs on the same
+    // values, the same roundings), and T is stored only after the solve, so no L load waits behind
+    // a T store (ptxas keeps loads after a store they may alias): the chain is the 15 FFMAs from x[0]
+    // to x[15] with up to 15 independent ones beside each, not a load round trip and an i-long chain
+    // per row.
+    if (warp == 0 && lane < KDA_CHUNK) {
+        const float bl = sm.beta[lane];
+        float x[KDA_CHUNK];
+#pragma unroll
+        for (int i = 0; i < KDA_CHUNK; ++i) x[i] = i == lane ? bl : 0.0f;
+#pragma unroll
+        for (int l = 0; l < KDA_CHUNK; ++l) {
+#pragma unroll
+            for (int i = l + 1; i < KDA_CHUNK; ++i) x[i] -= sm.L[i][l] * x[l];
+        }
+#pragma unroll
+        for (int i = 0; i < KDA_CHUNK; ++i) store_split<KDA_SPLIT_INTRA>(sm.T, i, lane, x[i]);
+    }
+//@prep_solve end
     __syncthreads();                                                         // S6
 
     // P7: w = T kd, warp w computes columns [16 w, 16 w + 16)

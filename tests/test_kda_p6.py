@@ -32,6 +32,9 @@ fam = import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
 
 #: the last commit whose template.cu had no prep_solve region (v10's template)
 PRE_V11 = "5f6b5c0"
+#: v11's commit and its parent: the family (fitness/, genomes/, kernels/kda/) as v11 and v10 rendered
+V11_COMMIT = "4e1a549"
+V10_COMMIT = V11_COMMIT + "^"
 BARRIER = "    __syncthreads();                                                         // S6\n"
 
 
@@ -61,23 +64,88 @@ def test_v11_keeps_every_v10_genome_and_adds_columns_to_every_one():
     assert fam.prep_solve_columns(NAMED[next(iter(P6_TWINS))]) and not fam.prep_solve_columns(NAMED["default"])
 
 
-def test_every_rows_genome_renders_v10s_source():
-    """The columns code sits in template regions (prep_solve), and the header line leaves the gene out at
-    its legacy value: every rows genome renders v10's template text (so its source, compile key and SASS:
-    the recorded runs and the exported package unchanged)."""
+def test_every_rows_genome_renders_v10s_template_text():
+    """The columns code sits in template regions (prep_solve): every v10 genome's template text is v10's
+    template (5f6b5c0's template.cu) with its prep_tail regions selected. The whole source, against v10's
+    own family: the next test."""
     from tests.test_kda_template import template_at
 
     before = template_at(PRE_V11)
     assert "prep_solve" not in before
     for g in SPACES["v10"].enumerate():
         assert fam.template_text(g) == select_regions(before, {"prep_tail": not fam.prep_tail(g)}), g.key
-    for name, g in NAMED.items():
-        if g["prep_solve"] == "columns":
-            continue
-        src = FAMILY.render(g)
-        assert "prep_solve" not in src and "//@" not in src and "P6 (v11" not in src, name
-        assert src.splitlines()[0] == f"// kda genome {g.key}: " + ", ".join(
-            f"{k}={g[k]}" for k in g if k != "prep_solve"), name
+
+
+#: run in another commit's fitness/, genomes/ and kernels/kda/ (the working directory): the sha256 of
+#: FAMILY.render and of render_v8 (null where it gives none) of every genome of the space argv[1] there
+_RENDERS_AT = r"""
+import hashlib, json, pathlib, sys
+from fitness.family import KERNELS_DIR, import_sibling, load_family
+from genomes.kda import SPACES
+family, fam = load_family("kda"), import_sibling(str(KERNELS_DIR / "kda" / "family.py"), "family")
+root = pathlib.Path.cwd().resolve()
+for path in (fam.TEMPLATE, sys.modules["genomes.kda"].__file__):     # that commit's code, not the work tree's
+    assert pathlib.Path(path).resolve().is_relative_to(root), path
+sha = lambda text: None if text is None else hashlib.sha256(text.encode()).hexdigest()
+json.dump({g.key: [sha(family.render(g)), sha(fam.render_v8(g))] for g in SPACES[sys.argv[1]].enumerate()},
+          sys.stdout)
+"""
+
+
+def _sha(text: str | None) -> str | None:
+    import hashlib  # noqa: PLC0415
+
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+
+def _renders_at(commit: str, space: str, tmp_path) -> dict[str, list[str | None]]:
+    """{key: [sha256 of FAMILY.render, of render_v8 or None]} for every genome of `space` as the family
+    of `commit` renders them (its fitness/, genomes/ and kernels/kda/ from git archive, in another
+    process); skipped outside a git checkout holding the commit."""
+    import io  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+
+    try:
+        out = subprocess.run(["git", "archive", "--format=tar", commit, "fitness", "genomes", "kernels/kda"],
+                             cwd=fam.TEMPLATE.parents[2], capture_output=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"no git: {exc}")
+    if out.returncode != 0:
+        pytest.skip(f"not a git checkout with {commit}: {out.stderr.decode(errors='replace').strip()[:200]}")
+    root = tmp_path / commit.replace("^", "_parent")
+    with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
+        tar.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    run = subprocess.run([sys.executable, "-c", _RENDERS_AT, space], cwd=root, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(root)}, check=False, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
+@pytest.mark.parametrize("commit,space", [(V10_COMMIT, "v10"), (V11_COMMIT, "v11")])
+def test_every_genome_renders_its_versions_source_byte_for_byte(tmp_path, commit, space):
+    """Every genome of the space's enumeration (v10: 584, the named rows genomes among them; v11: 1168, the
+    columns twins too) renders at HEAD as the family of the commit that made the space rendered it, byte
+    for byte: FAMILY.render of the genome as HEAD's space completes it (v10's: prep_solve at its legacy
+    rows) and of the space's own genome, and render_v8 (the export's v8 text, or none). So for v10 the
+    columns code sits in regions and the header leaves prep_solve out at rows; and no later edit of the
+    family (one header builder, at_legacy, LATE_GENES read from the space) changed a source: compile keys,
+    the recorded runs (session 20 measured the p6cols genomes) and the exported package unchanged."""
+    before = _renders_at(commit, space, tmp_path)
+    genomes = list(SPACES[space].enumerate())
+    assert sorted(before) == sorted(g.key for g in genomes)
+    if space == "v10":
+        assert {g.key for g in NAMED.values() if g["prep_solve"] == "rows"} <= set(before)
+    for g in genomes:
+        head = SPACE.make(dict(g))
+        assert head.key == g.key and all(head[n] == SPACE.gene(n).legacy for n in SPACE.names if n not in g)
+        if space == "v10":
+            assert head == SPACE.make(dict(g, prep_solve="rows"))
+        for genome in (head, g):
+            assert [_sha(FAMILY.render(genome)), _sha(fam.render_v8(genome))] == before[g.key], (g.key, dict(genome))
 
 
 @pytest.mark.parametrize("name", sorted(P6_TWINS))

@@ -51,8 +51,8 @@ renders v9's source byte for byte (its compile key unchanged). `prep_pdl` stays 
 
 `prep_solve = columns` (v11: any genome, P6 being kda_chunk_prep's): P6's forward substitution in
 column order with every T store after the solve (template.cu "P6 (v11"), in template regions keyed
-`prep_solve`; the render's header line leaves the gene out at its legacy value (`LATE_GENES`), so every
-v10 genome renders v10's source byte for byte. Launches, shared memory and the workspace unchanged.
+`prep_solve` (selected by at_legacy); the render's header line leaves the gene out at its legacy value
+(`LATE_GENES`: the genes v10 lacks), so every v10 genome renders v10's source byte for byte. Launches, shared memory and the workspace unchanged.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fitness.family import BufferSpec, Case, Launch, import_sibling
-from fitness.template_regions import select_regions
+from fitness.template_regions import at_legacy, select_regions
 from genomes import Genome
-from genomes.kda import DEFAULT, SPACE
+from genomes.kda import DEFAULT, PREP_SOLVE, SPACE, SPACE_V10
 
 op = import_sibling(__file__, "operation")
 
@@ -214,28 +214,43 @@ def rec_overlaps(genome: Mapping[str, Any]) -> bool:
 
 def prep_solve_columns(genome: Mapping[str, Any]) -> bool:
     """P6's forward substitution in column order, T stored after it (gene prep_solve = columns, v11)."""
-    return dict(genome).get("prep_solve", "rows") == "columns"
+    return dict(genome).get("prep_solve", PREP_SOLVE.legacy) == "columns"
 
 
-#: genes added after v10, with their legacy values: render() leaves them out of the source's header
-#: line there, so a genome at them renders v10's text (its compile key, the recorded runs' and the
-#: exported package's sources unchanged)
-LATE_GENES = {"prep_solve": "rows"}
+#: genes added after v10 (the space's genes that v10's lacks), with their legacy values (the genes'
+#: own, genomes/kda.py): render() leaves them out of the source's header line there, so a genome at
+#: them renders v10's text (its compile key, the recorded runs' and the exported package's sources
+#: unchanged)
+LATE_GENES = {gene.name: gene.legacy for gene in SPACE.genes if gene.name not in SPACE_V10.names}
 
 
 def template_text(genome: Mapping[str, Any]) -> str:
     """template.cu with the regions (fitness/template_regions.py) of gene values added after v9 kept
-    only for the genomes that hold them: region `prep_tail` (v10) for prep_overlap = tail, region
-    `prep_solve` (v11) for prep_solve = columns. Their "legacy" parts are every value before (none,
-    pdl; rows), so those genomes render v9's text."""
-    return select_regions(TEMPLATE.read_text(), {"prep_tail": not prep_tail(genome),
-                                                 "prep_solve": not prep_solve_columns(genome)}, where=TEMPLATE.name)
+    only for the genomes that hold them: region `prep_tail` (v10) for prep_overlap = tail (keyed on a
+    value, not a gene: its "legacy" part is every value before v10, none and pdl), and the regions
+    keyed on a gene (at_legacy: the "legacy" part at the gene's legacy value), `prep_solve` (v11) for
+    prep_solve = columns. So every genome without them renders v9's text."""
+    return select_regions(TEMPLATE.read_text(), {**at_legacy(SPACE, genome), "prep_tail": not prep_tail(genome)},
+                          where=TEMPLATE.name)
 
 
 def header_line(genome: Mapping[str, Any], key: str) -> str:
     """The source's first line: the genome's key and genes, a LATE_GENES gene only away from its legacy value."""
     g = dict(genome)
     return f"// kda genome {key}: " + ", ".join(f"{k}={v}" for k, v in g.items() if LATE_GENES.get(k, object()) != v)
+
+
+def render_source(genome: Genome, defs: Mapping[str, str], text: str) -> str:
+    """A rendered source: header_line, the `#define`s `defs`, the template text, then the entries
+    (split: kda_flags_zero for pdl, kda_prep, kda_rec per state dtype; fused: kda_fwd per state
+    dtype). KDAFamily.render's and render_v8's (which pass their versions' defines and text)."""
+    head = [header_line(genome, genome.key)] + [f"#define {k} {v}" for k, v in defs.items()]
+    if split(genome):
+        entries = ([f"KDA_FLAGS_ZERO_ENTRY({FLAGS_ZERO_ENTRY})"] if prep_pdl(genome) else []) + \
+            [f"KDA_PREP_ENTRY({PREP_ENTRY})"] + [f"KDA_REC_ENTRY({name}, {ctype})" for name, ctype in REC_ENTRIES.values()]
+    else:
+        entries = [f"KDA_ENTRY({name}, {ctype})" for name, ctype in ENTRIES.values()]
+    return "\n".join(head) + "\n\n" + text + "\n" + "\n".join(entries) + "\n"
 
 
 def prep_ctas_per_sm(genome: Mapping[str, Any]) -> int:
@@ -364,14 +379,7 @@ class KDAFamily(op.KDAOperation):
 
     def render(self, genome: Genome) -> str:
         g = genome if isinstance(genome, Genome) else SPACE.make(dict(genome))
-        head = [header_line(g, g.key)]
-        head += [f"#define {k} {v}" for k, v in defines(g).items()]
-        if split(g):
-            entries = ([f"KDA_FLAGS_ZERO_ENTRY({FLAGS_ZERO_ENTRY})"] if prep_pdl(g) else []) + \
-                [f"KDA_PREP_ENTRY({PREP_ENTRY})"] + [f"KDA_REC_ENTRY({name}, {ctype})" for name, ctype in REC_ENTRIES.values()]
-        else:
-            entries = [f"KDA_ENTRY({name}, {ctype})" for name, ctype in ENTRIES.values()]
-        return "\n".join(head) + "\n\n" + template_text(g) + "\n" + "\n".join(entries) + "\n"
+        return render_source(g, defines(g), template_text(g))
 
     def launch(self, genome: Genome, case: Case) -> Launch | tuple[Launch, ...]:
         p = case.params
@@ -444,17 +452,17 @@ _V9_EDITS = (
 
 def render_v8(genome: Mapping[str, Any]) -> str | None:
     """The source gene space v8's family rendered for a genome (before v9 added rec_min_blocks),
-    None for a genome away from its legacy 1 or when template.cu no longer holds v9's text as v9
-    wrote it. The kernels are v9's at rec_min_blocks 1 (the bound 1 either way); the text differs
+    None for a genome away from its legacy 1 (or with v10's tail, or a LATE_GENES gene away from its
+    legacy value) or when template.cu no longer holds v9's text as v9 wrote it. The kernels are v9's at rec_min_blocks 1 (the bound 1 either way); the text differs
     (the v9 note, the define, `KDA_REC_MIN_BLOCKS` in the bound), so a run judged at v8 has other
     compile keys: `evo export` of such a run (results/kda_fwd_h200_run.json.gz) takes this rendering
     when it reproduces the judged compile key (export_legacy_renders), never otherwise."""
     from genomes.kda import SPACE_V8  # noqa: PLC0415
 
     g = dict(genome)
-    if int(g.pop("rec_min_blocks", 1)) != 1 or prep_tail(g) or prep_solve_columns(g):
+    late = {name: g.pop(name, legacy) for name, legacy in LATE_GENES.items()}
+    if int(g.pop("rec_min_blocks", 1)) != 1 or prep_tail(g) or late != LATE_GENES:
         return None
-    g.pop("prep_solve", None)
     g = SPACE_V8.make(g)
     text = template_text(g)
     for new, old in _V9_EDITS:
@@ -463,13 +471,7 @@ def render_v8(genome: Mapping[str, Any]) -> str | None:
         text = text.replace(new, old)
     d = defines(g)
     d.pop("KDA_REC_MIN_BLOCKS")
-    head = [f"// kda genome {g.key}: " + ", ".join(f"{k}={g[k]}" for k in g)] + [f"#define {k} {v}" for k, v in d.items()]
-    if split(g):
-        entries = ([f"KDA_FLAGS_ZERO_ENTRY({FLAGS_ZERO_ENTRY})"] if prep_pdl(g) else []) + \
-            [f"KDA_PREP_ENTRY({PREP_ENTRY})"] + [f"KDA_REC_ENTRY({name}, {ctype})" for name, ctype in REC_ENTRIES.values()]
-    else:
-        entries = [f"KDA_ENTRY({name}, {ctype})" for name, ctype in ENTRIES.values()]
-    return "\n".join(head) + "\n\n" + text + "\n" + "\n".join(entries) + "\n"
+    return render_source(g, d, text)
 
 
 def export_launch_source() -> str:

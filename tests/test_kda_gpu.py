@@ -294,6 +294,14 @@ def test_p6_columns_equals_its_twin_and_passes_the_judge(tmp_path, cp, name, twi
     (asserted as the other twin tests: at most 1 element in 10^4, rel RMS < 1e-3; a T row stored from
     a half-finished sum, or a wrong lane's beta, moves whole chunks). Then the whole judge's CHECK
     (float64, both distributions: o <= 0.005, state <= 0.006) and smoke BENCH."""
+    # Bitwise equality is expected (the v11 review's reasoning): lane j solves column j; in both orders
+    # x[i] starts at beta[j] if i == j else 0 (rows reads sm.beta[i], columns sm.beta[lane]: the same
+    # word where i == lane) and takes x[i] -= L[i][l] * x[l] for l = 0, 1, .., i - 1 in that order, each
+    # x[l] already final (columns finishes x[l] at step l of its outer loop before any later row uses
+    # it), each update one FFMA (120 either way, tests/test_kda_p6.py): the same fused operations on the
+    # same operands, so the same roundings. T's bf16 conversions round to nearest even whether ptxas
+    # packs two into a F2FP.PACK_AB or not, and the rest of the source (and kda_rec's SASS) is the
+    # twin's. The assertion keeps the twin tests' tolerance until an exact check is run on a device.
     _assert_equals_twin_and_passes_the_judge(tmp_path, cp, name, twin, 1300)
 
 

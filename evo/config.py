@@ -121,6 +121,12 @@ class LessonsSection:
                                 "agrees on at their best value (unless search.init_within is set)")
     transfer: bool = _f(True, doc="use lessons of the same family/version/architecture but other shape classes "
                                   "(after the run's own; logged as a transfer)")
+    choice: str = _f("online", choices=("online", "all"),
+                     doc="with no lesson of the run's own classes: 'online' judges the best `probe` genomes of every "
+                         "transfer lesson first and follows the lessons whose order predicts those verdicts "
+                         "(evo.lesson_choice); 'all': every transfer lesson, interleaved")
+    probe: int = _f(2, min=1, max=16, doc="choice = 'online': genomes of each transfer lesson judged first, the "
+                                          "evidence the choice is made on (they count against the budget)")
 
 
 @dataclass(frozen=True)
@@ -427,6 +433,10 @@ def _cross_checks(cfg: Config) -> list[str]:
     if cfg.search.seed_variants and not cfg.search.seed_from:
         problems.append("search.seed_variants: variants are made of seeds; set search.seed_from or remove "
                         "[search.seed_variants]")
+    les = cfg.search.lessons
+    if les.source and les.choice == "online" and les.probe > ga.population * ga.islands:
+        problems.append(f"search.lessons.probe: {les.probe} is more than the first population "
+                        f"({ga.population * ga.islands}); lower probe or set search.lessons.choice = 'all'")
     if cfg.search.init_within and cfg.search.strategy != "ga":
         problems.append(f"search.init_within: only search.strategy = 'ga' draws a first population from a region "
                         f"(strategy is {cfg.search.strategy!r}); remove [search.init_within]")

@@ -322,14 +322,20 @@ class RunLessons:
             out.append((space.make(genome), geomean([float(f) for f in fits]) if ok else None))
         return out
 
-    def agreed_region(self, space: GeneSpace, min_span: float = AGREED_SPAN) -> dict[str, list[Any]]:
+    def agreed_region(self, space: GeneSpace, min_span: float = AGREED_SPAN,
+                      among: Iterable[str] | None = None) -> dict[str, list[Any]]:
         """gene -> [value] for the genes on whose best value every used lesson agrees, where
         choosing the gene matters in each (its values' effects span at least `min_span`): what
         holds across shape classes (e.g. wide vectors, the .nc path) while the geometry differs.
         The first population's random genomes are drawn with these genes at that value
-        (search.init_within, unless the config sets its own); mutation still explores them."""
+        (search.init_within, unless the config sets its own); mutation still explores them.
+        `among`: only the lessons of these shape classes (those an online choice kept,
+        evo.lesson_choice)."""
         best: list[dict[str, Any]] = []
+        classes = None if among is None else set(among)
         for x, _ in self.used:
+            if classes is not None and x.shape_class not in classes:
+                continue
             eff: dict[str, tuple[float, Any]] = {}
             for e in x.payload.get("effects") or []:
                 if e["gene"] not in eff or e["effect"] > eff[e["gene"]][0]:
@@ -433,19 +439,25 @@ def with_lessons(cfg: Config, space: GeneSpace, lessons: RunLessons | None, seed
     """(seeds, prior, avoid, init region) of a run with its lessons applied as `[search.lessons]`
     says: the lessons' elites after the given seeds (within one population), their own-class
     samples after the prior (when the GA screens), the failure-signature filter (None: nothing
-    skipped) and the genes they agree on for the first population (None: no region)."""
+    skipped) and the genes they agree on for the first population (None: no region). A run that
+    chooses among its transfer lessons online (evo.lesson_choice.for_run) gets neither seeds nor
+    region here: the choice adds them once it has seen the first verdicts."""
     if lessons is None:
         return list(seeds), list(prior), None, None
+    from evo.lesson_choice import for_run
+
     section = cfg.search.lessons
+    online = not for_run(cfg, lessons)       # the online choice takes the lessons' seeds and region itself
     room = cfg.search.ga.population * cfg.search.ga.islands - len(seeds)
-    seeds = list(seeds) + lessons.seeds(space, min(section.seeds, max(0, room)), taken=seeds)
+    if not online:
+        seeds = list(seeds) + lessons.seeds(space, min(section.seeds, max(0, room)), taken=seeds)
     prior = list(prior)
     if section.screen and cfg.search.strategy == "ga" and cfg.search.ga.screen > 1:
         known = {g.key for g, _ in prior}
         prior += [(g, f) for g, f in lessons.prior(space) if g.key not in known]
     avoid = lessons.predicted_failure if section.skip and lessons.failures.signatures else None
     region = None
-    if section.region and not cfg.search.init_within and cfg.search.strategy == "ga":
+    if section.region and not cfg.search.init_within and cfg.search.strategy == "ga" and not online:
         region = lessons.agreed_region(space) or None
         line = f"first population drawn within the genes the lessons agree on: {region}"
         if region and line not in lessons.log:

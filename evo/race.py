@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 from fitness.replay import ReplayEvaluator
 from evo.config import from_dict
+from evo.lesson_choice import CHOICE_LINE, choice_summary
 from evo.lessons import RunKey, RunLessons
 from evo.lesson_build import build_lessons
 from evo.run import Run, new_run_info
@@ -62,6 +63,8 @@ class Trace:
     seed: int
     values: tuple[float | None, ...]
     seconds: float = 0.0
+    #: what an online lesson choice decided (evo.lesson_choice), from the run's notes
+    choice: tuple[str, ...] = ()
 
 
 def best_so_far(values: Sequence[float | None]) -> list[float | None]:
@@ -112,7 +115,9 @@ def run_ours(sl: Slice, strategy: str, seed: int, budget: int, *, evaluations: S
         # would be scored as a strategy that never got there
         raise ValueError(f"{strategy} (seed {seed}) asked a genome outside {sl.source.label}: {summary.stop_reason}")
     values = tuple(r.fitness(sl.metric) for r in store.records("race"))
-    return Trace(strategy, "ours", seed, values, time.time() - start)
+    notes = store.get_run("race").notes.get("lessons") or []
+    return Trace(strategy, "ours", seed, values, time.time() - start,
+                 tuple(x for x in notes if x.startswith(CHOICE_LINE)))
 
 
 # -- Kernel Tuner ------------------------------------------------------------------------------
@@ -363,9 +368,12 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
     return {
         "slice": sl.source.label, "synthetic": bool(sl.evaluations and sl.evaluations[0].device == "synthetic"),
         "holdout_class": holdout, "lessons_from_classes": sorted({x.shape_class for x in built}),
-        "lessons_log": lessons.log, "space_size": size, "budget": budget, "seeds": seeds,
+        "lessons_log": lessons.log + choice_summary([t.choice for t in warm]), "space_size": size, "budget": budget, "seeds": seeds,
         "cold": "ga+screen", "warm": "ga+screen with the lessons (their elites as seeds, predicted failures skipped, the genes they "
-                                     "agree on for the first population; a transferred class trains no screen)",
+                                     "agree on for the first population; a transferred class trains no screen; with "
+                                     "search.lessons.choice = 'online', the first batch is every lesson's best genomes "
+                                     "within the class's space and the lessons whose order predicts its verdicts give the "
+                                     "rest of the first population, evo.lesson_choice)",
         "cold_evals_to_99": cold_m, "warm_evals_to_99": warm_m,
         "ratio": (warm_m / cold_m) if cold_m and warm_m is not None else None,
         "goal_ratio_at_most_0.3": bool(cold_m and warm_m is not None and warm_m / cold_m <= 0.3),

@@ -18,7 +18,7 @@ import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from fitness.evaluator import Evaluator
 from fitness.records import Evaluation
@@ -65,15 +65,21 @@ def build_stages(cfg: Config, space: GeneSpace, rng: random.Random, *, storage_u
                  run_id: str, seeds: Sequence[Genome] = (),
                  prior: Sequence[tuple[Genome, float | None]] = (),
                  avoid: Callable[[Genome], str | None] | None = None,
-                 init_within: Mapping[str, Sequence] | None = None) -> list[Stage]:
-    """The run's strategies in order, each with its share of the evaluation budget."""
+                 init_within: Mapping[str, Sequence] | None = None,
+                 choosing: Callable[[Callable[[list[Genome], Any], Strategy]], Strategy] | None = None) -> list[Stage]:
+    """The run's strategies in order, each with its share of the evaluation budget. `choosing`:
+    the online lesson choice (evo.lesson_choice) that builds the GA itself once it has chosen,
+    from a (seeds, region) -> GA factory."""
     metric = cfg.objective.metric
     opt = cfg.search.optuna
     main_budget = cfg.budget.evaluations - (opt.trials if opt.enabled else 0)
     if cfg.search.strategy == "ga":
-        main: Strategy = GeneticAlgorithm(space, rng, metric, cfg.search.ga, seeds=seeds,
-                                            init_within=init_within or cfg.search.init_within, prior=prior,
-                                            avoid=avoid)
+        def make(first: Sequence[Genome], region: Mapping[str, Sequence] | None) -> Strategy:
+            return GeneticAlgorithm(space, rng, metric, cfg.search.ga, seeds=first,
+                                    init_within=region or init_within or cfg.search.init_within, prior=prior,
+                                    avoid=avoid)
+
+        main: Strategy = make(seeds, None) if choosing is None else choosing(make)
     elif cfg.search.strategy == "grid":
         grid = cfg.search.grid
         main = GridSearch(space, grid.fixed, grid.vary, batch=grid.batch)
@@ -102,12 +108,14 @@ class Run:
         self.rng = random.Random(cfg.experiment.seed)
         # [search.lessons] (evo.lessons): elites after the seeds, recorded samples for the screen,
         # failure signatures that skip candidates, the LLM prompt's lessons slot
+        from evo.lesson_choice import choosing
         from evo.lessons import with_lessons
 
         self.lessons = lessons
         seeds, prior, avoid, region = with_lessons(cfg, space, lessons, seeds, prior)
         self.stages = build_stages(cfg, space, self.rng, storage_url=optuna_storage, run_id=run_id, seeds=seeds,
-                                   prior=prior, avoid=avoid, init_within=region)
+                                   prior=prior, avoid=avoid, init_within=region,
+                                   choosing=choosing(cfg, space, lessons, seeds))
         self.stage_index = 0
         self.on_progress = on_progress
         # what this run already knows: resumed runs start with their recorded evaluations
@@ -363,7 +371,8 @@ class Run:
             notes = {"stop_reason": self.stop_reason}
             if self.lessons is not None:
                 skipped = getattr(self.stages[0].strategy, "skipped", [])
-                notes.update(lessons=self.lessons.log, lessons_skipped=len(skipped))
+                chose = getattr(self.stages[0].strategy, "choice_log", [])      # evo.lesson_choice's lines
+                notes.update(lessons=self.lessons.log + list(chose), lessons_skipped=len(skipped))
             self.store.update_run(self.run_id, state=state, elapsed_s=self.elapsed_s, notes=notes)
         return self.summary()
 

@@ -18,10 +18,10 @@ from evo.config import ConfigError
 from evo.lesson_build import Source, build_lessons
 from evo.lesson_choice import ChoosingStrategy, allot, choice_summary, choose, lesson_order, predictions
 from evo.lessons import RunKey, RunLessons
-from evo.run import Run, new_run_info
-from evo.store import LessonRecord, open_store
+from evo.store import LessonRecord
 from fitness.replay import ReplayEvaluator
 from tests.conftest import make_config
+from tests.test_lessons import _run
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
 import make_synthetic_slice  # noqa: E402
@@ -121,14 +121,6 @@ class CountingReplay(ReplayEvaluator):
     def evaluate(self, genomes):
         self.asked += [g.key for g in genomes]
         return super().evaluate(genomes)         # evaluate_in_full (seeds) comes here too
-
-
-def _run(cfg, space, table, lessons):
-    store = open_store("memory://")
-    store.create_run(new_run_info(cfg, "r"))
-    run = Run(cfg, space, store, table, "r", lessons=lessons)
-    run.optimize()
-    return run, store
 
 
 def test_the_choice_reads_only_what_the_run_judged(synthetic_space, slice_evals, built):

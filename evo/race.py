@@ -368,7 +368,8 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
     return {
         "slice": sl.source.label, "synthetic": bool(sl.evaluations and sl.evaluations[0].device == "synthetic"),
         "holdout_class": holdout, "lessons_from_classes": sorted({x.shape_class for x in built}),
-        "lessons_log": lessons.log + choice_summary([t.choice for t in warm]), "space_size": size, "budget": budget, "seeds": seeds,
+        "lessons_log": lessons.log + choice_summary([t.choice for t in warm]),
+        "lessons_choice": choice_summary([t.choice for t in warm]), "space_size": size, "budget": budget, "seeds": seeds,
         "cold": "ga+screen", "warm": "ga+screen with the lessons (their elites as seeds, predicted failures skipped, the genes they "
                                      "agree on for the first population; a transferred class trains no screen; with "
                                      "search.lessons.choice = 'online', the first batch is every lesson's best genomes "
@@ -388,7 +389,8 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
 def holdout_summary(result: dict[str, Any]) -> dict[str, Any]:
     """One warm start's headline figures (a row of the other-holdouts table)."""
     return {k: result[k] for k in ("cold_evals_to_99", "warm_evals_to_99", "ratio", "goal_ratio_at_most_0.3",
-                                   "lessons_from_classes", "seeds", "budget", "per_seed", "transfer_information")}
+                                   "lessons_from_classes", "seeds", "budget", "per_seed", "transfer_information",
+                                   "lessons_choice") if k in result}
 
 
 __all__ = ["OURS", "holdout_summary", "spearman", "transfer_information", "KT_NAMED", "KT_REST", "Trace", "best_so_far", "evals_to", "race", "run_kernel_tuner",

@@ -144,6 +144,11 @@ def warm_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {cls} | {', '.join(h['lessons_from_classes'])} | {_fmt(h['cold_evals_to_99'])} | "
                          f"{_fmt(h['warm_evals_to_99'])} | {'-' if r is None else f'{r:.2f}'} | "
                          f"{'met' if h['goal_ratio_at_most_0.3'] else 'not met'} |")
+    chose = [(cls, h["lessons_choice"][0]) for cls, h in (result.get("holdouts") or {}).items()
+             if h.get("lessons_choice")]
+    if chose:
+        lines += ["", "What each held-out class's runs chose (search.lessons.choice = 'online', evo.lesson_choice):", ""]
+        lines += [f"- {cls}: {line}" for cls, line in chose]
     infos = [h["transfer_information"] for h in (result.get("holdouts") or {}).values() if h.get("transfer_information")]
     infos = infos or ([result["transfer_information"]] if result.get("transfer_information") else [])
     if infos:

@@ -129,6 +129,9 @@ def test_cli_export_race_and_warm_start(slice_file, tmp_path, capsys):
     assert "Every class held out in turn" in warm.with_suffix(".md").read_text()
     assert set(w) >= {"cold_evals_to_99", "warm_evals_to_99", "ratio", "seeds"}
     assert any("used as a transfer" in line for line in w["lessons_log"])
+    # two transfer lessons, two genomes each: too thin for the online choice, and the report says so
+    assert w["holdouts"]["mid"]["lessons_choice"][0].startswith("online lesson choice: kept every lesson (too thin")
+    assert "- mid: online lesson choice: kept every lesson" in warm.with_suffix(".md").read_text()
     assert main(["slice", "race", str(tmp_path / "nope.json"), "--out", str(prefix)]) == 2
     assert "error:" in capsys.readouterr().err
 

@@ -6,7 +6,7 @@ the same regime orders the held-out class almost exactly (Spearman +0.94 to +0.9
 others' orders are noise (about 0), and a run that interleaves all of them, or draws its first
 population within the genes all of them agree on, wastes most of what the right one knows. Which
 one is right cannot be read off the shape-class names: "the nearest classes" was tried as a fixed
-rule and made fp16/mid worse (results/archive/NOTES.md, session 19).
+rule and made the mid rows of the dtype held out worse (results/archive/NOTES.md, session 19).
 
 So the run asks. `search.lessons.choice = "online"`:
 
@@ -26,10 +26,10 @@ So the run asks. `search.lessons.choice = "online"`:
 4. a lesson whose weight is below `KEEP_SHARE` of the best one's is dropped for the run: the rest
    of the first population comes from the kept lessons' orders in proportion to their weights
    (their next genomes are better bets than random draws once their order has been seen to
-   predict this class: on fp16/short the chosen lesson's 12th genome is the first within 99 %,
-   past the `seeds` elites a run takes otherwise), random genomes left to draw come from within
-   the genes the kept lessons agree on, and the kept lessons are what the notes name, with their
-   scores.
+   predict this class: on the dtype held out's short rows the chosen lesson's 12th genome is the
+   first within 99 %, past the `seeds` elites a run takes otherwise), random genomes left to draw
+   come from within the genes the kept lessons agree on, and the kept lessons are what the notes
+   name, with their scores.
 
 No choice is made (every lesson kept, as with choice = "all") when the evidence is too thin (fewer
 than `MIN_VERDICTS` verdicts, or all of them equal) or when no lesson predicts the verdicts better

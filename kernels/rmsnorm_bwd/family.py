@@ -99,6 +99,7 @@ class Geometry:
     vectors: int          # vectors per row
     slice_vectors: int    # vectors per CTA slice
     dynamic: bool = False  # row groups from the counter in dw_part[parts * N] (bwd_sched_init first)
+    waves: int = 1         # whole waves of clusters in the grid (space v8); grid / waves are resident
 
     @property
     def block(self) -> tuple[int, int, int]:
@@ -148,9 +149,16 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
     slack = g.get("cluster_slack", 0) if c > 1 else 0
     # a dynamic schedule keeps its counter in the workspace row past the partial rows
     dyn = c > 1 and g.get("row_schedule", "static") == "dynamic"
-    clusters = max(1, min(groups, SM_COUNT * per_sm // c - slack, op.max_parts(M, N) - int(dyn)))
+    one_wave = SM_COUNT * per_sm // c - slack
+    room = op.max_parts(M, N) - int(dyn)
+    # waves (v8): whole waves of clusters, as many as the workspace's partial rows hold (at least one)
+    waves = g.get("waves", 1) if c > 1 else 1
+    while waves > 1 and waves * one_wave > room:
+        waves //= 2
+    clusters = max(1, min(groups, waves * one_wave, room))
     return Geometry(cluster=c, tpr=tpr, rows=rows, grid=clusters * c, parts=clusters, shared_bytes=shared,
-                    vectors=V, slice_vectors=-(-V // c), dynamic=dyn and clusters > 1)
+                    vectors=V, slice_vectors=-(-V // c), dynamic=dyn and clusters > 1,
+                    waves=-(-clusters // one_wave) if waves > 1 else 1)
 
 
 def bytes_ahead_per_sm(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> int | None:
@@ -167,7 +175,7 @@ def bytes_ahead_per_sm(genome: Mapping[str, Any], M: int, N: int, dtype: str) ->
         return None
     g = genome
     ahead = g["stages"] - 1 if g.get("staging", "regs") != "regs" else (1 if g["stages"] == 2 else 0)
-    per_sm = max(1, round(geo.grid / SM_COUNT))
+    per_sm = max(1, round(geo.grid / geo.waves / SM_COUNT))
     return per_sm * ahead * geo.rows * geo.tpr * g["chunks"] * g["vec_bytes"] * 2
 
 
@@ -182,7 +190,7 @@ def l2_bytes_held(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> int 
     geo = geometry(genome, M, N, dtype)
     if geo is None:
         return None
-    return geo.parts * genome["stages"] * geo.rows * N * 2 * _ITEMSIZE[dtype]
+    return geo.parts // geo.waves * genome["stages"] * geo.rows * N * 2 * _ITEMSIZE[dtype]
 
 
 def reduce_geometry(genome: Mapping[str, Any], N: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -439,8 +447,15 @@ SAMPLE_SPACE = SPACES["v6"]
 
 
 def sample_genomes(n: int, seed: int = 0) -> list[Genome]:
-    """DEFAULT, the EXTREMES, then n seeded random genomes valid under SAMPLE_SPACE (no repeats)."""
-    return SAMPLE_SPACE.sample_distinct(n, seed, first=[DEFAULT] + [SAMPLE_SPACE.make(e) for e in EXTREMES])
+    """DEFAULT, the EXTREMES, then n seeded random genomes valid under SAMPLE_SPACE (no repeats), as
+    genomes of the latest space (the genes SAMPLE_SPACE lacks at their legacy values: same keys)."""
+    def within(e: Mapping[str, Any]) -> Genome:
+        later = {k: v for k, v in e.items() if k not in SAMPLE_SPACE.names and v != SPACE.gene(k).legacy}
+        if later:
+            raise ValueError(f"sample genome outside {SAMPLE_SPACE.name}'s genes: {later}")
+        return SAMPLE_SPACE.make({k: e[k] for k in SAMPLE_SPACE.names})
+    drawn = SAMPLE_SPACE.sample_distinct(n, seed, first=[within(DEFAULT)] + [within(e) for e in EXTREMES])
+    return [SPACE.make(dict(g)) for g in drawn]
 
 
 FAMILY = RMSNormBwdFamily()

@@ -152,7 +152,7 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
     one_wave = SM_COUNT * per_sm // c - slack
     room = op.max_parts(M, N) - int(dyn)
     # waves (v8): whole waves of clusters, as many as the workspace's partial rows hold (at least one)
-    waves = g.get("waves", 1) if c > 1 else 1
+    waves = g.get("waves", 1) if c > 1 and one_wave > 0 else 1
     while waves > 1 and waves * one_wave > room:
         waves //= 2
     clusters = max(1, min(groups, waves * one_wave, room))

@@ -60,9 +60,30 @@ METRICS = {
     "l1tex__t_sector_hit_rate.pct": ("L1 hit %", 1.0),
     "sm__cycles_elapsed.avg": ("SM cycles", 1.0),
 }
+#: why a kernel of a memory-bound operation is slower than another at the same bytes (the
+#: RMSNorm backward's INT21 comparison, bwd_ncu.sh): where its warps wait, per issued instruction
+#: (ncu's WarpStateStats section), how busy the issue slots and the shared-memory pipe are
+#: (SchedulerStats, MemoryWorkloadAnalysis); a metric ncu did not collect shows as "-"
+_STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+STALLS = {
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": ("issue active %", 1.0),
+    "smsp__warps_active.avg.per_cycle_active": ("warps per scheduler", 1.0),
+    "smsp__warps_eligible.avg.per_cycle_active": ("eligible warps per scheduler", 1.0),
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum": ("shared wavefronts M", 1e-6),
+    "l1tex__throughput.avg.pct_of_peak_sustained_active": ("L1 throughput %", 1.0),
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed": ("L2 throughput %", 1.0),
+    "smsp__cycles_active.avg": ("SMSP active cycles", 1.0),
+    **{_STALL.format(r): (f"stall {r}", 1.0) for r in (
+        "long_scoreboard", "short_scoreboard", "mio_throttle", "lg_throttle", "barrier", "membar", "wait",
+        "math_pipe_throttle", "not_selected", "selected", "dispatch_stall", "drain", "no_instruction",
+        "sleeping", "branch_resolving", "misc", "tex_throttle", "imc_miss")},
+}
+#: the column sets a table can show (--set)
+METRIC_SETS = {"short_rows": METRICS, "stalls": {**METRICS, **STALLS}}
 #: summed over the kernels of one call; the rest are taken from its longest kernel
-ADDITIVE = {"gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "smsp__inst_executed.sum"}
-LABEL = re.compile(r"(?P<impl>[a-z_]+)\|(?P<case>(?:bf16|fp16|fp32)/\d+x\d+)\|(?P<repeat>\d+)")
+ADDITIVE = {"gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "smsp__inst_executed.sum",
+            "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"}
+LABEL = re.compile(r"(?P<impl>[A-Za-z0-9_]+)\|(?P<case>(?:bf16|fp16|fp32)/\d+x\d+)\|(?P<repeat>\d+)")
 
 
 def _number(text: str) -> float | None:
@@ -120,11 +141,12 @@ def match_calls(rows: list[dict[str, str]], order: list[dict]) -> tuple[dict[str
     return by_label, unmatched
 
 
-def call_metrics(kernels: list[dict], units: dict[str, str] | None = None) -> dict[str, float | None]:
-    units = units or {}
+def call_metrics(kernels: list[dict], units: dict[str, str] | None = None,
+                 metrics: dict | None = None) -> dict[str, float | None]:
+    units, metrics = units or {}, metrics or METRICS
     longest = max(kernels, key=lambda r: _number(r.get("gpu__time_duration.sum", "")) or 0.0)
     out: dict[str, float | None] = {}
-    for metric, (column, scale) in METRICS.items():
+    for metric, (column, scale) in metrics.items():
         unit = units.get(metric, "")
         if metric in ADDITIVE:
             vals = [_number(r.get(metric, "")) for r in kernels]
@@ -137,27 +159,29 @@ def call_metrics(kernels: list[dict], units: dict[str, str] | None = None) -> di
     return out
 
 
-def summarize(rows: list[dict[str, str]], order: list[dict], units: dict[str, str] | None = None) -> dict:
+def summarize(rows: list[dict[str, str]], order: list[dict], units: dict[str, str] | None = None,
+              metrics: dict | None = None) -> dict:
+    metrics = metrics or METRICS
     by_label, unmatched = match_calls(rows, order)
     groups: dict[tuple[str, str], list[dict]] = {}
     for call in order:
         kernels = by_label.get(call["label"])
         if kernels:
-            groups.setdefault((call["case"], call["impl"]), []).append(call_metrics(kernels, units))
+            groups.setdefault((call["case"], call["impl"]), []).append(call_metrics(kernels, units, metrics))
     table = []
     for (case, impl), calls in groups.items():
         row = {"case": case, "impl": impl, "calls": len(calls)}
-        for column in [c for c, _ in METRICS.values()] + ["kernels"]:
+        for column in [c for c, _ in metrics.values()] + ["kernels"]:
             vals = [c[column] for c in calls if c.get(column) is not None]
             row[column] = statistics.median(vals) if vals else None
         table.append(row)
-    return {"rows": table, "unmatched": [{"Kernel Name": r.get("Kernel Name"), "ID": r.get("ID")} for r in unmatched],
+    return {"columns": [c for c, _ in metrics.values()] + ["kernels"], "rows": table, "unmatched": [{"Kernel Name": r.get("Kernel Name"), "ID": r.get("ID")} for r in unmatched],
             "kernel_rows": len(rows), "calls": len(order)}
 
 
-def markdown(summary: dict, command: str = "") -> str:
-    columns = [c for c, _ in METRICS.values()] + ["kernels"]
-    lines = ["# Nsight Compute on short rows", ""]
+def markdown(summary: dict, command: str = "", title: str = "Nsight Compute on short rows") -> str:
+    columns = summary.get("columns") or [c for c, _ in METRICS.values()] + ["kernels"]
+    lines = [f"# {title}", ""]
     if command:
         lines += [f"Command: `{command}`", ""]
     lines += [f"{summary['calls']} profiled calls, {summary['kernel_rows']} kernel rows; medians over the repeats "
@@ -181,12 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--order", required=True)
     ap.add_argument("--out", required=True, help="path prefix: writes PREFIX.json and PREFIX.md")
     ap.add_argument("--command", default="", help="the command that produced the CSV, for the record")
+    ap.add_argument("--set", default="short_rows", choices=sorted(METRIC_SETS), help="the columns to show")
+    ap.add_argument("--title", default="Nsight Compute on short rows")
     args = ap.parse_args(argv)
     text = Path(args.csv).read_text(errors="replace")
-    summary = summarize(read_rows(text), json.loads(Path(args.order).read_text()), read_units(text))
+    summary = summarize(read_rows(text), json.loads(Path(args.order).read_text()), read_units(text),
+                        METRIC_SETS[args.set])
     summary["command"] = args.command
     Path(args.out + ".json").write_text(json.dumps(summary, indent=1))
-    text = markdown(summary, args.command)
+    text = markdown(summary, args.command, args.title)
     Path(args.out + ".md").write_text(text)
     print(text)
     return 0

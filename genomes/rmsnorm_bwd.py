@@ -532,10 +532,61 @@ V8_CONSTRAINTS = (
 SPACE_V8 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V7.genes + (WAVES,),
                      constraints=SPACE_V7.constraints + V8_CONSTRAINTS)
 
+#: space v9 (session 22): pass 2 without a second read of the row. Up to v8 a staged genome (smem_async
+#: or l2) read each vector of x and dy twice a visit, in pass 1 for the row sums and in pass 2 for dx and
+#: dw, from the staging slots (or L2); INT21's 16K and 64K kernels hold what pass 1 read in registers
+#: across the exchange instead (kernels/rmsnorm_bwd/INT21_NOTES.md sections 1 and 9: our template at
+#: INT21's 64K geometry ran 0.52 of the add roofline where INT21 runs 0.91). pass2_data = regs keeps pass
+#: 1's words (2 x chunks x vec_bytes / 4 registers a thread) for pass 2 and the shadow; with staging =
+#: l2 that makes pass 2's L2 re-read go away, with smem_async a third of a visit's shared-memory reads.
+#: Its template code sits in //@pass2_data regions: v8 genomes render byte for byte as before.
+PASS2_DATA = Choice("pass2_data", options=("reread", "regs"), group="pipeline", legacy="reread",
+                    doc="where pass 2 takes x and dy from: reread (the staging slots or L2 again, as pass 1 read "
+                        "them) | regs (pass 1's words, held in registers across the row exchange; v9: needs "
+                        "staging smem_async or l2 and unrolled vector loops)")
+
+
+def held_registers_v9(v: Mapping[str, Any]) -> int:
+    """v7's floor, plus pass 1's words of x and dy with pass2_data = regs."""
+    extra = 2 * (v["vec_bytes"] // 4) * v["chunks"] if v.get("pass2_data", "reread") == "regs" else 0
+    return held_registers(v) + extra
+
+
+REGISTERS_FIT_V9 = require("registers_fit", REGISTERS_FIT_V7.genes + ("pass2_data",),
+                           lambda v: held_registers_v9(v) <= register_cap(v),
+                           "what a thread holds for the whole row (dw accumulators and weight in registers, "
+                           "register-staged x and dy, pass 1's words with pass2_data = regs) must fit its "
+                           "register budget; ptxas decides the rest")
+V9_CONSTRAINTS = (
+    implies("held_pass2_needs_staged_row", ("pass2_data", "staging"),
+            lambda v: v["pass2_data"] == "regs", lambda v: v["staging"] in ("smem_async", "l2"),
+            "pass2_data = regs keeps what pass 1 read from the staging slots or L2; register staging holds the row "
+            "already (no duplicate genomes): staging = smem_async | l2"),
+    implies("held_pass2_needs_unrolled_loops", ("pass2_data", "vector_loop"),
+            lambda v: v["pass2_data"] == "regs", lambda v: v["vector_loop"] == "unrolled",
+            "pass2_data = regs indexes registers by the vector: vector_loop = unrolled"),
+)
+#: and how a warp waits for the async exchange's row sums: poll (v4-v8: a C++ loop around
+#: mbarrier.try_wait, each miss re-issued with its select, compare and branch) | suspend (one asm loop
+#: with a suspend-time hint, as INT21 waits: the warp sleeps in try_wait until the phase completes).
+#: Session 22's Nsight Compute counted 6x INT21's SYNCS a row in 1d61564c (about 30 a warp and visit)
+#: and 1.5x its instructions, at 12-16 warps an SM where every issue slot is another warp's latency.
+EXCHANGE_WAIT = Choice("exchange_wait", options=("poll", "suspend"), group="reduce", legacy="poll",
+                       doc="the async exchange's wait: poll (a loop of mbarrier.try_wait probes) | suspend (try_wait "
+                           "with a suspend-time hint: the warp sleeps until the row sums arrive; v9)")
+V9_CONSTRAINTS = V9_CONSTRAINTS + (
+    implies("suspend_needs_async_exchange", ("exchange_wait", "cluster_exchange"),
+            lambda v: v["exchange_wait"] == "suspend", lambda v: v["cluster_exchange"] == "async",
+            "only the async exchange waits on an mbarrier (no duplicate genomes): cluster_exchange = async"),
+)
+SPACE_V9 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V8.genes + (PASS2_DATA, EXCHANGE_WAIT),
+                     constraints=tuple(REGISTERS_FIT_V9 if c.name == "registers_fit" else c
+                                       for c in SPACE_V8.constraints) + V9_CONSTRAINTS)
+
 #: every version of the space, and the latest (what a new run uses)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
-          "v7": SPACE_V7, "v8": SPACE_V8}
-SPACE = SPACE_V8
+          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9}
+SPACE = SPACE_V9
 
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread

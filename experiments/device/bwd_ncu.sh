@@ -27,7 +27,7 @@ timeout -s INT "${NCU_S:-300}" "$NCU" --clock-control none --profile-from-start 
     python3 experiments/device/bwd_ncu_probe.py --calls "$CALLS" --seeds "$SEEDS" --order "$OUT/bwd_ncu_order.json" \
     > "$OUT/bwd_ncu.log" 2>&1
 echo "ncu rc=$?"; grep -E "==ERROR==|==WARNING==|Error|profiled" "$OUT/bwd_ncu.log" | head -8
-"$NCU" --import /tmp/bwd_ncu.ncu-rep --csv --page raw > /tmp/bwd_ncu_raw.csv 2>> "$OUT/bwd_ncu.log"
+"$NCU" --import /tmp/bwd_ncu.ncu-rep --csv --page raw --print-nvtx-rename kernel > /tmp/bwd_ncu_raw.csv 2>> "$OUT/bwd_ncu.log"
 "$NCU" --import /tmp/bwd_ncu.ncu-rep --csv --page source --print-source sass > /tmp/bwd_ncu_source.csv 2>> "$OUT/bwd_ncu.log" \
     || echo "no source page (rc $?): see bwd_ncu.log"
 gzip -c /tmp/bwd_ncu_raw.csv > "$OUT/bwd_ncu_raw.csv.gz"; gzip -c /tmp/bwd_ncu_source.csv > "$OUT/bwd_ncu_source.csv.gz"

@@ -36,6 +36,8 @@ def scaled(value: float, scale: "float | tuple[str, float]", unit: str) -> float
         return value * scale
     kind, factor = scale
     unit = unit or BASE_UNIT[kind]
+    if unit.endswith("/block"):                    # launch__shared_mem_per_block_*: bytes a block
+        unit = unit[: -len("/block")]
     if unit not in UNIT_SIZE:
         raise ValueError(f"ncu printed the unit {unit!r} for a {kind} metric; UNIT_SIZE does not know it")
     return value * UNIT_SIZE[unit] * factor

@@ -239,6 +239,8 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         out["BWD_XCHG_ASYNC"] = "1"
     if g.get("dw_update", "pass2") == "shadow":
         out["BWD_DW_SHADOW"] = "1"
+    if g.get("pass2_data", "reread") == "regs":
+        out["BWD_P2_REGS"] = "1"
     return out
 
 

@@ -33,6 +33,11 @@
 //@ genomes at dw_update = pass2 render byte for byte as before v6): dw += dy * x * rstd from the
 //@ loaded rstd between sending the row sums and waiting for the cluster's (st.async exchange: in
 //@ the exchange's shadow; otherwise just before the exchange); after it only dx is left
+//@ exchange_wait = suspend (space v9; //@exchange_wait region in mbar_wait): the async exchange's wait
+//@ is one try_wait loop with a suspend-time hint instead of a polling C++ loop
+//@ BWD_P2_REGS (space v9, gene pass2_data = regs; //@pass2_data regions): pass 1 keeps the words
+//@ of x and dy it read from the staging slots (or L2) in registers, and pass 2 (and the shadow)
+//@ use them: the row is read once from shared memory (L2) a visit instead of twice
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 
@@ -70,6 +75,14 @@
 #error "dw_update = shadow needs the row's rstd before the exchange: rstd loaded, not recomputed"
 #endif
 //@dw_update end
+//@pass2_data new
+#ifndef BWD_P2_REGS
+#define BWD_P2_REGS 0          // space v9: 1 = pass 2 takes x and dy from registers pass 1 filled
+#endif
+#if BWD_P2_REGS && (BWD_ROLLED || !(BWD_STAGING || BWD_L2))
+#error "pass2_data = regs holds pass 1's words by vector (unrolled loops) of a staged row (smem_async or l2)"
+#endif
+//@pass2_data end
 #if BWD_ROLLED && !(BWD_DW_SMEM && (BWD_STAGING || BWD_L2) && !BWD_WEIGHT_REGS)
 #error "rolled vector loops need dw in shared memory, x and dy re-read (shared memory or L2) and the weight re-read"
 #endif
@@ -385,11 +398,21 @@ __device__ __forceinline__ void mbar_expect(uint64_t* bar, unsigned bytes) {
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+//@exchange_wait legacy
   unsigned done = 0;
   do {
     asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
                  "selp.u32 %0, 1, 0, p;\n\t}" : "=r"(done) : "r"(a), "r"(parity) : "memory");
   } while (!done);
+//@exchange_wait new
+  // space v9 (exchange_wait = suspend): one asm loop with a suspend-time hint (INT21's wait): the warp
+  // sleeps in try_wait until the phase completes (or the hint's time passes) instead of re-issuing the
+  // probe, its select and the C++ loop's compare and branch (session 22's Nsight Compute: 1d61564c
+  // executed 6x INT21's SYNCS a row, ~30 a warp and visit)
+  asm volatile("{\n\t.reg .pred p;\n"
+               "BWD_WAIT_%=:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1, %2;\n\t"
+               "@!p bra BWD_WAIT_%=;\n\t}" :: "r"(a), "r"(parity), "r"(10000000u) : "memory");
+//@exchange_wait end
 }
 // v into the same-offset slot of CTA `rank`, counted by that CTA's barrier at bar's offset
 __device__ __forceinline__ void st_async_f32(const float* slot, unsigned rank, float v, const uint64_t* bar) {
@@ -597,6 +620,14 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   }
 #endif
 
+//@pass2_data new
+  // space v9 (pass2_data = regs): the words of x and dy pass 1 read (from the staging slots or L2),
+  // held in registers through the exchange for pass 2, which reads nothing again
+  uint32_t xk[K][BWD_NW], dk[K][BWD_NW];
+#define BWD_HELD(j)                                                                               \
+  uint32_t xv[BWD_NW], dv[BWD_NW];                                                                \
+  _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) { xv[q] = xk[j][q]; dv[q] = dk[j][q]; }
+//@pass2_data end
   // The row groups this CTA (cluster) visits, as a queue: gq[0] is the group being computed,
   // gq[q] the one q visits later, rq[q] its rstd (rstd_mode load); the loads of gq[S - 1] are
   // issued at the top of a visit (S = BWD_STAGES: S - 1 groups in flight behind the current one).
@@ -778,6 +809,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
         for (int e = 0; e < E; ++e) wj[e] = 0.f;
 #endif
       BWD_FETCH(j)
+//@pass2_data new
+      // keep pass 1's words of x and dy for pass 2 (and the shadow): no second read
+#pragma unroll
+      for (int q = 0; q < BWD_NW; ++q) { xk[j][q] = xv[q]; dk[j][q] = dv[q]; }
+//@pass2_data end
 #pragma unroll
       for (int q = 0; q < BWD_NW; ++q) {
         float xf[EPW], df[EPW];
@@ -818,7 +854,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
       const float rr = rq[0];
       BWD_VLOOP
       for (int j = 0; j < K; ++j) {
+//@pass2_data legacy
         BWD_FETCH(j)
+//@pass2_data new
+        BWD_HELD(j)
+//@pass2_data end
 #if BWD_DW_SMEM
         float av[E];
         const bool upd = live && BWD_OWN(j);
@@ -888,7 +928,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #pragma unroll
         for (int e = 0; e < E; ++e) wj[e] = 0.f;
 #endif
+//@pass2_data legacy
       BWD_FETCH(j)
+//@pass2_data new
+      BWD_HELD(j)
+//@pass2_data end
       uint32_t o[BWD_NW];
 //@dw_update new
 #if BWD_DW_SHADOW
@@ -960,6 +1004,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
   }
 #undef BWD_FETCH
+//@pass2_data new
+#undef BWD_HELD
+//@pass2_data end
 #undef BWD_CTR
 
   // the CTA's dw row: rows of the CTA combined through shared memory (R > 1), one chunk at a time

@@ -127,6 +127,11 @@ class LessonsSection:
                          "(evo.lesson_choice); 'all': every transfer lesson, interleaved")
     probe: int = _f(2, min=1, max=16, doc="choice = 'online': genomes of each transfer lesson judged first, the "
                                           "evidence the choice is made on (they count against the budget)")
+    order: str = _f("recorded", choices=("recorded", "model"),
+                    doc="choice = 'online', once lessons are chosen: the rest of the first population comes from "
+                        "the kept lessons' genomes best first by their recorded fitness ('recorded'), or by the "
+                        "prediction of each lesson's own surrogate refitted on its samples ('model'; the probe "
+                        "is always the recorded best); evo.lesson_choice")
 
 
 @dataclass(frozen=True)

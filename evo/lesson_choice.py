@@ -30,6 +30,12 @@ So the run asks. `search.lessons.choice = "online"`:
    first within 99 %, past the `seeds` elites a run takes otherwise), random genomes left to draw
    come from within the genes the kept lessons agree on, and the kept lessons are what the notes
    name, with their scores.
+   With `search.lessons.order = "model"` the kept lessons' genomes after the probe come in the
+   order of each lesson's own surrogate (refitted on its samples) rather than its recorded one:
+   on the dtype held out's short rows that moves the first genome within 99 % from the chosen
+   lesson's 12th to its 6th, but over the fifteen (held-out class, lesson) pairs of the two
+   recorded slices the model's order reaches the target sooner in 4, later in 9 and with the
+   recorded one in 2 (evo.race.order_limits, results/warm_start*.md): not the default.
 
 No choice is made (every lesson kept, as with choice = "all") when the evidence is too thin (fewer
 than `MIN_VERDICTS` verdicts, or all of them equal) or when no lesson predicts the verdicts better
@@ -78,6 +84,26 @@ def lesson_order(lesson: LessonRecord, space: GeneSpace) -> list[Genome]:
     ranked = sorted(((k, g, f) for k, g, f in rows if f is not None and f > 0 and space.is_valid(g)),
                     key=lambda r: (-r[2], r[0]))
     return [space.make(g) for _, g, _ in ranked]
+
+
+def model_order(lesson: LessonRecord, space: GeneSpace, genomes: Sequence[Genome]) -> list[Genome]:
+    """`genomes` best first by the lesson's own surrogate (the cross-validated kind its payload
+    names, ridge when it names none or scikit-learn is missing), refitted on its samples valid in
+    `space`, ties by key; `genomes` unchanged when no model fits. What `order = "model"` follows:
+    a genome's prediction pools its neighbours' recorded fitness, where its recorded value is its
+    own alone (measured on the dtype held out: results/warm_start_dtype_model.md)."""
+    from operators.effects import make_surrogate
+
+    rows = [(space.make(g), f) for _, g, f in lesson.payload.get("samples") or [] if space.is_valid(g)]
+    kind = lesson.payload.get("surrogate") or "ridge"
+    try:
+        model = make_surrogate(kind, space, seed=0)
+    except ImportError:
+        model = RidgeSurrogate(space)
+    if not genomes or not model.fit([g for g, _ in rows], [f for _, f in rows]):
+        return list(genomes)
+    pred = model.predict(list(genomes))
+    return [genomes[i] for i in sorted(range(len(genomes)), key=lambda i: (-round(float(pred[i]), 9), genomes[i].key))]
 
 
 def predictions(lesson: LessonRecord, space: GeneSpace, genomes: Sequence[Genome]) -> list[float] | None:
@@ -198,7 +224,7 @@ class ChoosingStrategy(Strategy):
 
     def __init__(self, lessons: "RunLessons", space: GeneSpace, metric: str,
                  make: Callable[[list[Genome], Any], Strategy], *, seeds: Sequence[Genome], probe: int, room: int,
-                 population: int, region: bool):
+                 population: int, region: bool, order: str = "recorded"):
         self._gen = 0
         super().__init__()
         self.lessons, self.space, self.metric, self.make = lessons, space, metric, make
@@ -210,6 +236,7 @@ class ChoosingStrategy(Strategy):
         self.room = room                  # lesson seeds in all (the probe's among them) when none is chosen
         self.population = population      # ... and when one is: the rest of the first population
         self.region = region
+        self.order = order                # "model": the kept lessons' rest in their surrogate's order
         self.ga: Strategy | None = None
         self.judged: list[tuple[Genome, float | None]] = []
         self.choice: Choice | None = None
@@ -257,9 +284,15 @@ class ChoosingStrategy(Strategy):
         if not self.choice.chosen:
             weights = [1.0] * len(self.orders)
         done = [g for g, _ in self.judged]
+        orders = self.orders
+        if self.choice.chosen and self.order == "model":
+            orders = [model_order(x, self.space, o) if w > 0 else o
+                      for x, o, w in zip(self.transfers, self.orders, weights)]
+            self.choice_log.append("the kept lessons' genomes after the probe in their surrogate's order "
+                                   "(search.lessons.order = 'model')")
         # no choice: `seeds` lesson genomes in all, interleaved, as with choice = "all"
         room = self.population - len(self.first) if self.choice.chosen else self.room - len(self.probe)
-        rest = allot(self.orders, weights, max(0, room), taken=self.given + self.probe)
+        rest = allot(orders, weights, max(0, room), taken=self.given + self.probe)
         kept = {s.shape_class for s in self.choice.scores if s.kept}
         region = None
         if self.region:
@@ -312,7 +345,8 @@ def choosing(cfg: "Config", space: GeneSpace, lessons: "RunLessons | None",
     region = section.region and not cfg.search.init_within
     return lambda make: ChoosingStrategy(lessons, space, cfg.objective.metric, make, seeds=seeds,
                                          probe=section.probe, room=section.seeds,
-                                         population=ga.population * ga.islands, region=region)
+                                         population=ga.population * ga.islands, region=region,
+                                         order=section.order)
 
 
 def for_run(cfg: "Config", lessons: "RunLessons | None") -> str:
@@ -332,4 +366,4 @@ def for_run(cfg: "Config", lessons: "RunLessons | None") -> str:
 
 
 __all__ = ["CHOICE_LINE", "CHOICES", "choice_summary", "Choice", "ChoosingStrategy", "LessonScore", "allot", "choose", "choosing", "for_run", "lesson_order",
-           "predictions"]
+           "model_order", "predictions"]

@@ -76,6 +76,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "the runs are measured on")
     w.add_argument("--seeds", type=int, default=10, help="cold and warm runs, one seed each (default 10)")
     w.add_argument("--budget", type=int, help="evaluations per run (default: 10 %% of the class, at least 20)")
+    w.add_argument("--first-seed", type=int, default=0, help="the runs' seeds are FIRST .. FIRST + seeds - 1 "
+                   "(default 0): develop a change on seeds the reported figures do not use")
+    w.add_argument("--lesson-order", choices=("recorded", "model"), default="recorded", help="the warm runs' "
+                   "search.lessons.order (default recorded)")
     w.add_argument("--lessons-from", metavar="SLICE", help="build the lessons from this other whole slice (same "
                    "family, space version and GPU architecture, e.g. the sub-space in another dtype) instead of the slice minus the "
                    "held-out class")
@@ -309,12 +313,14 @@ def _warm(args) -> int:
     sl = load_slice(args.slice)
     origin = load_slice(args.lessons_from) if args.lessons_from else None
     result = warm_start(sl, args.holdout, seeds=args.seeds, budget=args.budget, lessons_from=origin,
+                        first_seed=args.first_seed, lesson_order=args.lesson_order,
                         progress=lambda s: print(s, file=sys.stderr))
     if args.other_holdouts:
         result["holdouts"] = {args.holdout: holdout_summary(result)}
         for cls in sl.classes:
             if cls != args.holdout:
                 other = warm_start(sl, cls, seeds=args.seeds, budget=args.budget, lessons_from=origin,
+                                   first_seed=args.first_seed, lesson_order=args.lesson_order,
                                    progress=lambda s: print(s, file=sys.stderr))
                 result["holdouts"][cls] = holdout_summary(other)
     result["command"] = _command()

@@ -86,12 +86,12 @@ def evals_to(values: Sequence[float | None], target: float) -> int | None:
 
 # -- our strategies ----------------------------------------------------------------------------
 
-def _config(sl: Slice, strategy: str, seed: int, budget: int, lessons: bool):
+def _config(sl: Slice, strategy: str, seed: int, budget: int, lessons: bool, lesson_order: str = "recorded"):
     search: dict[str, Any] = {"strategy": "random" if strategy == "random" else "ga", "ga": dict(GA)}
     if strategy in ("ga+screen", "ga+lessons"):
         search["ga"]["screen"] = SCREEN
     if lessons:
-        search["lessons"] = {"source": "given to the Run", "seeds": 8}
+        search["lessons"] = {"source": "given to the Run", "seeds": 8, "order": lesson_order}
     return from_dict({"experiment": {"name": "race", "family": sl.source.family,
                                      "space_version": sl.source.space_version, "seed": seed},
                       "target": {"arch": sl.source.arch},
@@ -102,10 +102,10 @@ def _config(sl: Slice, strategy: str, seed: int, budget: int, lessons: bool):
 
 
 def run_ours(sl: Slice, strategy: str, seed: int, budget: int, *, evaluations: Sequence[Any] | None = None,
-             lessons: RunLessons | None = None) -> Trace:
+             lessons: RunLessons | None = None, lesson_order: str = "recorded") -> Trace:
     """One of our strategies on the slice (or on `evaluations`, e.g. one class of it), replayed."""
     table = ReplayEvaluator(evaluations if evaluations is not None else sl.evaluations, source=sl.source.label)
-    cfg = _config(sl, strategy, seed, budget, lessons is not None)
+    cfg = _config(sl, strategy, seed, budget, lessons is not None, lesson_order)
     store = open_store("memory://")
     store.create_run(new_run_info(cfg, "race"))
     start = time.time()
@@ -330,12 +330,80 @@ def transfer_information(sl: Slice, holdout: str, target: float = TARGET,
             "uniform_expected_first_hit": (verified + 1) / (hits + 1) if hits else None}
 
 
+def order_limits(sl: Slice, holdout: str, lessons: Sequence[Any], targets: Sequence[float], cold_median: float | None,
+                 probe: int) -> dict[str, Any]:
+    """How soon following the lessons' orders can reach each seed's target (99 % of its cold run's final
+    best) on class `holdout`, no search involved: a bound on what seeding from the lessons can give.
+
+    Orders, each of the class's genomes best first: every lesson's recorded order (its verified
+    genomes valid in the space, what a run seeds from, evo.lesson_choice.lesson_order), the same
+    genomes in the order of the lesson's own surrogate (the cross-validated kind its payload names,
+    refitted on its samples), and the lessons' interleaved orders (a run that keeps every lesson).
+    For each: the median over seeds of the position of its first genome at or above the seed's
+    target, and that over the cold median (the ratio a warm start following it alone would have).
+    With an online choice among two or more lessons, "after the probe": the first batch (`probe`
+    genomes of every lesson, interleaved) and then the lesson's order, the best a run that chose
+    that lesson can do by following it (recorded, or in its model's order: search.lessons.order), whatever
+    it chose. A search can do better than any order
+    (mutation finds genomes no order puts early); then the lessons are not what found them."""
+    from evo.lesson_choice import allot, lesson_order, model_order
+
+    fit = {e.key: sl.fitness(e, holdout) for e in sl.evaluations}
+    space = sl.space
+
+    def first_hits(order: Sequence[Any]) -> list[float]:
+        out = []
+        for t in targets:
+            if t is None:
+                out.append(math.inf)
+                continue
+            hit = next((i for i, g in enumerate(order, 1) if (fit.get(g.key) or 0.0) >= TARGET * t - 1e-12), None)
+            out.append(float(hit) if hit is not None else math.inf)
+        return out
+
+    recorded = {x.shape_class: lesson_order(x, space) for x in lessons}
+    orders: dict[str, list[Any]] = {}
+    for x in lessons:
+        orders[f"{x.shape_class} recorded"] = recorded[x.shape_class]
+        orders[f"{x.shape_class} its {x.payload.get('surrogate') or 'ridge'} model"] = model_order(
+            x, space, recorded[x.shape_class])
+    seqs = list(recorded.values())
+    if len(seqs) > 1:
+        # the lessons combined without a choice: the genomes every lesson verified, by their mean rank
+        # and by their geomean fitness (transfer_information's two aggregates, from the lessons' samples)
+        fits = [{k: f for k, _, f in x.payload.get("samples") or [] if f is not None and f > 0} for x in lessons]
+        common = [g for g in seqs[0] if all(g.key in f for f in fits)]
+        ranks = [dict(zip((g.key for g in common), _ranks([-f[g.key] for g in common]))) for f in fits]
+        orders["mean rank"] = sorted(common, key=lambda g: (statistics.fmean(r[g.key] for r in ranks), g.key))
+        orders["geomean"] = sorted(common, key=lambda g: (-geomean([f[g.key] for f in fits]), g.key))
+        orders["interleaved"] = allot(seqs, [1.0] * len(seqs), sum(len(o) for o in seqs))
+        first = allot(seqs, [1.0] * len(seqs), probe * len(seqs))
+        probed = {f.key for f in first}
+        for x in lessons:
+            rest = [g for g in recorded[x.shape_class] if g.key not in probed]
+            orders[f"probe, then {x.shape_class}"] = first + rest
+            orders[f"probe, then {x.shape_class} its {x.payload.get('surrogate') or 'ridge'} model"] = \
+                first + model_order(x, space, rest)
+    out: dict[str, Any] = {}
+    for name, order in orders.items():
+        med = _quartiles(first_hits(order))["median"]
+        out[name] = {"evals_to_99": med,
+                     "ratio": med / cold_median if med is not None and cold_median else None}
+    # ties go to the order named first (a lesson's recorded order before its model's: what a run follows)
+    finite = [k for k, v in out.items() if v["evals_to_99"] is not None]
+    best = min(finite, key=lambda k: out[k]["evals_to_99"]) if finite else None
+    return {"orders": out, "best": best, "probe": probe, "cold_median": cold_median}
+
+
 def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None = None,
-               lessons_from: Slice | None = None,
+               lessons_from: Slice | None = None, first_seed: int = 0, lesson_order: str = "recorded",
                progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Lessons built from the slice without class `holdout` warm-start a run on that class; with
     `lessons_from`, lessons of another whole slice of the same family, space version and GPU
-    architecture (e.g. the same sub-space in another dtype: the issue's dtype held out) instead."""
+    architecture (e.g. the same sub-space in another dtype: the issue's dtype held out) instead.
+    The runs use seeds first_seed .. first_seed + seeds - 1 (another range than a report's: a
+    change is developed on seeds its figures are not measured on). `lesson_order`: the warm runs'
+    search.lessons.order."""
     sl.require_whole()
     origin = lessons_from or sl
     if lessons_from is not None:
@@ -355,9 +423,10 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
     size = len(table)
     budget = budget or max(20, math.ceil(0.1 * size))
     cold, warm = [], []
-    for s in range(seeds):
+    for s in range(first_seed, first_seed + seeds):
         cold.append(run_ours(sl, "ga+screen", s, budget, evaluations=table))
-        warm.append(run_ours(sl, "ga+lessons", s, budget, evaluations=table, lessons=lessons))
+        warm.append(run_ours(sl, "ga+lessons", s, budget, evaluations=table, lessons=lessons,
+                             lesson_order=lesson_order))
     progress(f"warm start on {holdout}: {seeds} seeds")
     cold_final = [best_so_far(t.values)[-1] for t in cold]
     cold_hits = [evals_to(t.values, TARGET * f) for t, f in zip(cold, cold_final)]
@@ -365,11 +434,13 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
     inf = lambda xs: [x if x is not None else math.inf for x in xs]  # noqa: E731
     cold_m, warm_m = _quartiles(inf(cold_hits))["median"], _quartiles(inf(warm_hits))["median"]
     optimum = sl.optimum(holdout)
+    probe = _config(sl, "ga+lessons", 0, budget, True).search.lessons.probe
     return {
         "slice": sl.source.label, "synthetic": bool(sl.evaluations and sl.evaluations[0].device == "synthetic"),
         "holdout_class": holdout, "lessons_from_classes": sorted({x.shape_class for x in built}),
         "lessons_log": lessons.log + choice_summary([t.choice for t in warm]),
         "lessons_choice": choice_summary([t.choice for t in warm]), "space_size": size, "budget": budget, "seeds": seeds,
+        "first_seed": first_seed, "lesson_order": lesson_order,
         "cold": "ga+screen", "warm": "ga+screen with the lessons (their elites as seeds, predicted failures skipped, the genes they "
                                      "agree on for the first population; a transferred class trains no screen; with "
                                      "search.lessons.choice = 'online', the first batch is every lesson's best genomes "
@@ -382,6 +453,7 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
         "class_optimum": optimum,
         "lessons_from_slice": origin.source.label,
         "transfer_information": transfer_information(sl, holdout, source=lessons_from),
+        "order_limits": order_limits(sl, holdout, [x for x, _ in lessons.used], cold_final, cold_m, probe),
         "curves": summarize(cold + warm, optimum, budget),
     }
 
@@ -390,8 +462,8 @@ def holdout_summary(result: dict[str, Any]) -> dict[str, Any]:
     """One warm start's headline figures (a row of the other-holdouts table)."""
     return {k: result[k] for k in ("cold_evals_to_99", "warm_evals_to_99", "ratio", "goal_ratio_at_most_0.3",
                                    "lessons_from_classes", "seeds", "budget", "per_seed", "transfer_information",
-                                   "lessons_choice") if k in result}
+                                   "order_limits", "lessons_choice") if k in result}
 
 
-__all__ = ["OURS", "holdout_summary", "spearman", "transfer_information", "KT_NAMED", "KT_REST", "Trace", "best_so_far", "evals_to", "race", "run_kernel_tuner",
+__all__ = ["OURS", "holdout_summary", "order_limits", "spearman", "transfer_information", "KT_NAMED", "KT_REST", "Trace", "best_so_far", "evals_to", "race", "run_kernel_tuner",
            "run_ours", "summarize", "warm_start"]

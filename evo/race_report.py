@@ -118,6 +118,11 @@ def _fmt_corr(v: float | None) -> str:
     return "-" if v is None else f"{v:+.2f}"
 
 
+def _from_seed(result: dict[str, Any]) -> str:
+    first = result.get("first_seed") or 0
+    return f", seeds {first} to {first + result['seeds'] - 1}" if first else ""
+
+
 def warm_markdown(result: dict[str, Any]) -> str:
     lines = [f"# Warm start on a held-out shape class ({_label(result)})", ""]
     if result.get("synthetic"):
@@ -128,13 +133,17 @@ def warm_markdown(result: dict[str, Any]) -> str:
               else f"the slice without class **{result['holdout_class']}**")
     lines += [f"Lessons built from {origin} (classes "
               f"{', '.join(result['lessons_from_classes'])}) start a run on that class alone "
-              f"({result['space_size']} genomes, budget {result['budget']}, {result['seeds']} seeds). Cold: "
+              f"({result['space_size']} genomes, budget {result['budget']}, {result['seeds']} seeds"
+              f"{_from_seed(result)}). Cold: "
               f"{result['cold']}; warm: {result['warm']}.", "",
               f"- cold run: median {_fmt(result['cold_evals_to_99'])} evaluations to 99 % of its own final best",
               f"- warm run: median {_fmt(result['warm_evals_to_99'])} evaluations to that same value",
               f"- ratio warm / cold: {'-' if ratio is None else f'{ratio:.2f}'} (goal: <= 0.30; "
               f"{'met' if result['goal_ratio_at_most_0.3'] else 'not met'})", "", "What the run was told:", ""]
     lines += [f"- {x}" for x in result["lessons_log"]]
+    if result.get("lesson_order", "recorded") != "recorded":
+        lines += [f"- search.lessons.order = {result['lesson_order']!r} (not the default): once lessons are chosen, "
+                  "the rest of the first population comes in the kept lessons' own surrogate's order"]
     if result.get("holdouts"):
         lines += ["", "Every class held out in turn (same seeds and budget; the first row is the headline):", "",
                   "| held-out class | lessons from | cold: evaluations to 99 % (median) | warm | ratio | goal <= 0.30 |",
@@ -165,8 +174,55 @@ def warm_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {t['holdout']} | {t['genomes_within_target']} ({t['verified']}) | {src} | "
                          f"{_fmt(t['mean_rank_first_hit'])} | {_fmt(t.get('geomean_first_hit'))} | "
                          f"{'-' if u is None else f'{u:.0f}'} |")
+    lines += _limits_lines(result)
     lines += ["", f"Made by: `{result.get('command') or 'evo slice warm-start'}`", ""]
     return "\n".join(lines)
+
+
+def _limits_lines(result: dict[str, Any]) -> list[str]:
+    """The bound on what seeding from the lessons can give (evo.race.order_limits): per held-out
+    class, the order that reaches each seed's target soonest and the ratio it implies, beside the
+    recorded order of the lesson a choice would follow after its probe."""
+    rows = [(cls, h["order_limits"]) for cls, h in (result.get("holdouts") or {}).items() if h.get("order_limits")]
+    if not rows and result.get("order_limits"):
+        rows = [(result["holdout_class"], result["order_limits"])]
+    if not rows:
+        return []
+    ratio = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    probe = rows[0][1].get("probe")
+    lines = ["", "How soon following the lessons' orders can reach each seed's target (99 % of its cold run's final "
+             "best), no search (evo.race.order_limits; median over the seeds; ratio: that over the cold median). "
+             "Orders: each lesson's recorded order, the same genomes in its own surrogate's order, the lessons "
+             f"interleaved, and the online choice's probe ({probe} per lesson) followed by one lesson's recorded "
+             "order (or its model's: search.lessons.order), the most a run that chose that lesson gets from it. A warm ratio below an order's comes from "
+             "the search (mutation, the agreed genes), not from that order:", "",
+             "| held-out class | cold (median) | soonest order: evaluations to the target, ratio | after the probe, "
+             "per lesson followed: evaluations, ratio | every order: evaluations |",
+             "|---|---:|---|---|---|"]
+    for cls, lim in rows:
+        orders = lim["orders"]
+        best = lim.get("best")
+        head = f"{best}: {_fmt(orders[best]['evals_to_99'])}, {ratio(orders[best]['ratio'])}" if best else "none reaches it"
+        after = "; ".join(f"{k.split('then ', 1)[1]}: {_fmt(v['evals_to_99'])}, {ratio(v['ratio'])}"
+                          for k, v in orders.items() if k.startswith("probe, then ")) or "-"
+        every = "; ".join(f"{k} {_fmt(v['evals_to_99'])}" for k, v in orders.items() if not k.startswith("probe, then "))
+        lines.append(f"| {cls} | {_fmt(lim.get('cold_median'))} | {head} | {after} | {every} |")
+    met = [cls for cls, lim in rows if lim.get("best") and (lim["orders"][lim["best"]]["ratio"] or 1.0) <= 0.3]
+    blocked = [cls for cls, lim in rows if cls not in met]
+    warm = {cls: h.get("ratio") for cls, h in (result.get("holdouts") or {result["holdout_class"]: result}).items()}
+    missed = [cls for cls in met if warm.get(cls) is None or warm[cls] > 0.3]
+    for cls, lim in rows:
+        if cls in missed:
+            b = lim["orders"][lim["best"]]
+            lines += ["", f"For {cls} one order, {lim['best']}, reaches the target at {_fmt(b['evals_to_99'])} "
+                      f"evaluations (ratio {ratio(b['ratio'])}), but the run does not follow it: the online choice "
+                      "follows the chosen lessons' own orders after its probe, and every lesson interleaved when it "
+                      "makes no choice."]
+    if blocked:
+        lines += ["", f"No order the lessons give reaches the target within 0.30 of the cold median for "
+                  f"{', '.join(blocked)}: there a warm start at <= 0.30 would have to come from the search, not from "
+                  "these lessons' orders."]
+    return lines
 
 
 def write_warm(result: dict[str, Any], prefix: str | Path) -> list[Path]:

@@ -178,3 +178,64 @@ def test_the_settings_are_validated():
         make_config(search={"lessons": {"source": "x", "probe": 0}})
     with pytest.raises(ConfigError, match=r"search.lessons.probe: 12 is more than the first population \(8\)"):
         make_config(search={"ga": {"population": 8}, "lessons": {"source": "x", "probe": 12}})
+
+
+def test_a_probe_of_three_chooses_where_a_probe_of_one_cannot(synthetic_space, genomes, three):
+    """Three lessons (reversed, noise, right): one genome of each is three verdicts, too thin to
+    choose on; three of each make the choice, and it is the right lesson."""
+    orders = [lesson_order(x, synthetic_space) for x in three]
+    picks = {}
+    for probe in (1, 3):
+        first = allot(orders, [1.0] * 3, probe * 3)
+        picks[probe] = choose(three, synthetic_space, [(g, _truth(g)) for g in first])
+    assert not picks[1].chosen and "too thin: 3 verdicts" in picks[1].why
+    assert picks[3].chosen and picks[3].kept == ["right"] and picks[3].verdicts == 9
+
+
+def test_model_order_pools_a_genomes_neighbours(synthetic_space, genomes):
+    """search.lessons.order = 'model': a lesson whose recorded best is one mediocre genome measured
+    far too high (an isolated spike) puts it first in its recorded order; its surrogate, fitted on
+    all its samples, ranks by the smooth landscape the spike does not belong to."""
+    from evo.lesson_choice import model_order
+    from operators.effects import spearman as rho
+
+    spiked = min(genomes, key=_truth)
+    lesson = _lesson("spiky", genomes, lambda g: _truth(g) * (3.0 if g.key == spiked.key else 1.0))
+    recorded = lesson_order(lesson, synthetic_space)
+    by_model = model_order(lesson, synthetic_space, recorded)
+    assert recorded[0].key == spiked.key and sorted(g.key for g in by_model) == sorted(g.key for g in recorded)
+    assert spiked.key not in [g.key for g in by_model[:10]]
+    assert rho([_truth(g) for g in by_model], list(range(len(by_model), 0, -1))) > 0.8
+    # no samples to fit on: the genomes as given
+    assert model_order(_lesson("none", genomes[:2], _truth), synthetic_space, recorded[:5]) == recorded[:5]
+
+
+def test_order_model_fills_the_rest_from_the_kept_lessons_model_and_reads_only_verdicts(
+        synthetic_space, slice_evals, built):
+    from evo.lesson_choice import model_order
+
+    runs = {}
+    for order in ("recorded", "model"):
+        table = CountingReplay(slice_evals, source="synthetic slice")
+        cfg = make_config(search={"ga": {"population": 12, "offspring": 12, "screen": 2},
+                                  "lessons": {"source": "x", "probe": 2, "order": order}},
+                          budget={"evaluations": 40})
+        lessons = RunLessons.select(built, RunKey("synthetic", "", "sm_90a", ("held-out",)))
+        run, store = _run(cfg, synthetic_space, table, lessons)
+        runs[order] = (run.stages[0].strategy, store.records("r"), table)
+    for order, (strategy, records, table) in runs.items():
+        assert strategy.choice.chosen, strategy.choice.describe()
+        weights = [s.weight if s.kept else 0.0 for s in strategy.choice.scores]
+        orders = strategy.orders if order == "recorded" else [
+            model_order(x, synthetic_space, o) if w > 0 else o
+            for x, o, w in zip(strategy.transfers, strategy.orders, weights)]
+        rest = allot(orders, weights, 12 - len(strategy.first), taken=strategy.first)
+        seeds = [r.key for r in records if r.operator == "seed"]
+        assert seeds == [g.key for g in strategy.first] + [g.key for g in rest]
+        # the choice read the probe's verdicts only, each judged once
+        assert [g.key for g, _ in strategy.judged] == [g.key for g in strategy.probe] == table.asked[:6]
+        assert len(table.asked) == len(set(table.asked)) == len(records)
+    assert runs["recorded"][0].choice.describe() == runs["model"][0].choice.describe()    # same verdicts, same choice
+    assert [r.key for r in runs["recorded"][1][:6]] == [r.key for r in runs["model"][1][:6]]
+    assert [r.key for r in runs["recorded"][1][6:12]] != [r.key for r in runs["model"][1][6:12]]
+    assert any("search.lessons.order = 'model'" in x for x in runs["model"][0].choice_log)

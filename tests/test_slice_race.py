@@ -353,3 +353,41 @@ def test_search_efficiency_refuses_lessons_and_lessons_from_together(monkeypatch
     with pytest.raises(SystemExit) as exc:
         script.main()
     assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_order_limits_follow_each_order_to_each_seeds_target(sl):
+    """evo.race.order_limits on the synthetic slice: a lesson's recorded order reaches a seed's target
+    where a direct walk down lesson_order does; "probe, then X" is the probe (interleaved) and then X's
+    order without the probe's genomes; ratios are over the cold median given."""
+    import math
+    import statistics
+
+    from evo.lesson_build import build_lessons
+    from evo.lesson_choice import allot, lesson_order
+    from evo.race import order_limits
+
+    lessons = build_lessons([sl.source], exclude_classes=["long"], seed=0)
+    fit = {e.key: sl.fitness(e, "long") for e in sl.evaluations}
+    best = sl.optimum("long")
+    targets = [best, 0.97 * best, None]                  # None: a cold run that verified nothing
+
+    def walk(order):
+        hits = []
+        for t in targets:
+            hit = None if t is None else next(
+                (i for i, g in enumerate(order, 1) if (fit.get(g.key) or 0.0) >= 0.99 * t - 1e-12), None)
+            hits.append(math.inf if hit is None else hit)
+        return statistics.median(hits)
+
+    lim = order_limits(sl, "long", lessons, targets, 40.0, probe=2)
+    orders = [lesson_order(x, sl.space) for x in lessons]
+    first = allot(orders, [1.0] * len(orders), 2 * len(orders))
+    for x, order in zip(lessons, orders):
+        got = lim["orders"][f"{x.shape_class} recorded"]
+        assert got["evals_to_99"] == walk(order) and got["ratio"] == pytest.approx(walk(order) / 40.0)
+        after = first + [g for g in order if g.key not in {f.key for f in first}]
+        assert lim["orders"][f"probe, then {x.shape_class}"]["evals_to_99"] == walk(after)
+    assert "interleaved" in lim["orders"] and any(" model" in k for k in lim["orders"])
+    named = [k for k, v in lim["orders"].items() if v["evals_to_99"] is not None]
+    assert lim["best"] == min(named, key=lambda k: lim["orders"][k]["evals_to_99"])     # ties: the first named
+    assert {"mean rank", "geomean"} <= set(lim["orders"])

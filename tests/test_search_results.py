@@ -49,7 +49,7 @@ def test_search_efficiency_is_consistent():
     assert f"**{r['ours_best']}**" in md and f"{r['space_size']} genomes" in md
 
 
-@pytest.mark.parametrize("name", ["warm_start", "warm_start_dtype"])
+@pytest.mark.parametrize("name", ["warm_start", "warm_start_dtype", "warm_start_dtype_model"])
 def test_warm_start_is_consistent(name):
     w, md = _load(name)
     assert w["seeds"] >= 10 and set(w) >= {"cold_evals_to_99", "warm_evals_to_99", "ratio", "seeds"}
@@ -61,3 +61,10 @@ def test_warm_start_is_consistent(name):
     assert w["holdout_class"] not in w["lessons_from_classes"]
     assert all("refused" not in line for line in w["lessons_log"])
     assert ("**Synthetic**" in md) == w["synthetic"]
+    for h in (w.get("holdouts") or {w["holdout_class"]: w}).values():
+        lim = h["order_limits"]          # the bound on what following the lessons' orders gives
+        assert lim["cold_median"] == h["cold_evals_to_99"]
+        for v in lim["orders"].values():
+            assert v["ratio"] is None or v["ratio"] == pytest.approx(v["evals_to_99"] / lim["cold_median"])
+    assert ("order = 'model'" in md) == (w.get("lesson_order", "recorded") == "model")
+    assert f"--lesson-order {w['lesson_order']}" in md if w.get("lesson_order", "recorded") != "recorded" else True

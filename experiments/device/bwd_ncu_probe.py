@@ -27,6 +27,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cluster_occupancy import genomes_of  # noqa: E402
 from fitness.family import load_family  # noqa: E402
 from genomes import load_space  # noqa: E402
 
@@ -46,16 +49,7 @@ def parse_calls(text: str) -> list[tuple[str, str]]:
 
 def known_genomes(space: Any, dispatch: Path, seeds: list[Path]) -> dict[str, Any]:
     """key prefix (8 hex digits) -> genome, from a dispatch table and seeds files."""
-    out: dict[str, Any] = {}
-    if dispatch.exists():
-        for e in json.loads(dispatch.read_text())["entries"]:
-            g = space.make(e["genome"])
-            out.setdefault(g.key[:8], g)
-    for path in seeds:
-        for e in json.loads(path.read_text())["genomes"]:
-            g = space.make(e.get("genome", e))
-            out.setdefault(g.key[:8], g)
-    return out
+    return genomes_of(dispatch, seeds, space, clustered_only=False)
 
 
 def case_of(family: Any, case_id: str) -> Any:

@@ -30,12 +30,12 @@ from fitness.family import load_family  # noqa: E402
 from genomes import load_space  # noqa: E402
 
 
-def genomes_of(dispatch: Path, seeds: list[Path], space: Any) -> dict[str, Any]:
-    """key prefix -> genome: every clustered genome of the dispatch table, then the seeds files'."""
+def genomes_of(dispatch: Path, seeds: list[Path], space: Any, clustered_only: bool = True) -> dict[str, Any]:
+    """key prefix -> genome: every (clustered) genome of the dispatch table, then the seeds files'."""
     out: dict[str, Any] = {}
-    for e in json.loads(dispatch.read_text())["entries"]:
+    for e in json.loads(dispatch.read_text())["entries"] if dispatch.exists() else ():
         g = space.make(e["genome"])
-        if int(g["cluster"]) > 1:
+        if int(g["cluster"]) > 1 or not clustered_only:
             out.setdefault(g.key[:8], g)
     for path in seeds:
         for e in json.loads(path.read_text())["genomes"]:

@@ -7,8 +7,9 @@ commands; evo.cli registers them).
     evo slice plan CONFIG [--costs RECORDING]                # the sub-space's size and its GPU cost
     evo slice export-kt SLICE --out CACHE.json [--class C]   # Kernel Tuner's cache format
     evo slice race SLICE --out PREFIX [--seeds 20] [--budget N] [--lessons LESSONS]
-    evo slice warm-start SLICE --out PREFIX --holdout CLASS [--seeds 10] [--budget N]
+    evo slice warm-start SLICE --out PREFIX --holdout CLASS|GROUP [--seeds 10] [--budget N]
                          [--other-holdouts] [--lessons-from OTHER_SLICE]   # every class in turn; a dtype held out
+                         [--prediction TEXT]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -73,7 +75,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     w.add_argument("slice", metavar="SLICE", help="the slice's recording (run directory, dump or URL#RUN_ID)")
     w.add_argument("--out", required=True, metavar="PREFIX", help="writes PREFIX.json, PREFIX.md and PREFIX.png")
     w.add_argument("--holdout", required=True, metavar="CLASS", help="the shape class the lessons leave out and "
-                   "the runs are measured on")
+                   "the runs are measured on, or a group of classes named by the start they share before a '/' "
+                   "(e.g. a dtype: every class of it left out, the runs' objective the geomean over them)")
+    w.add_argument("--prediction", default="", metavar="TEXT", help="what was predicted before the run (a "
+                   "figure, its range and why), written into PREFIX.json and PREFIX.md")
     w.add_argument("--seeds", type=int, default=10, help="cold and warm runs, one seed each (default 10)")
     w.add_argument("--budget", type=int, help="evaluations per run (default: 10 %% of the class, at least 20)")
     w.add_argument("--first-seed", type=int, default=0, help="the runs' seeds are FIRST .. FIRST + seeds - 1 "
@@ -291,8 +296,9 @@ def _lessons_label(lessons) -> str:
 
 
 def _command() -> str:
-    """The command line that made a result, as a user would type it again: `evo ...`, or
-    `python SCRIPT ...` when a script called the CLI (search_efficiency.py)."""
+    """The command line that made a result, as a user would type it again (arguments quoted for a
+    shell where they need it): `evo ...`, or `python SCRIPT ...` when a script called the CLI
+    (search_efficiency.py)."""
     if not sys.argv:
         return ""
     head = Path(sys.argv[0])
@@ -301,8 +307,8 @@ def _command() -> str:
             head = head.resolve().relative_to(Path.cwd())
         except ValueError:
             pass
-        return " ".join(["python", str(head), *sys.argv[1:]])
-    return " ".join(["evo", *sys.argv[1:]])
+        return shlex.join(["python", str(head), *sys.argv[1:]])
+    return shlex.join(["evo", *sys.argv[1:]])
 
 
 def _warm(args) -> int:
@@ -323,6 +329,8 @@ def _warm(args) -> int:
                                    first_seed=args.first_seed, lesson_order=args.lesson_order,
                                    progress=lambda s: print(s, file=sys.stderr))
                 result["holdouts"][cls] = holdout_summary(other)
+    if args.prediction:
+        result["prediction"] = args.prediction
     result["command"] = _command()
     for path in write_warm(result, args.out):
         print(f"wrote {path}")

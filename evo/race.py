@@ -16,8 +16,10 @@ simulated_annealing, random_sample, and the best (lowest median) of the others r
 same rules. Kernel Tuner draws from Python's and numpy's global generators; each of its runs
 seeds both first (its choice, not ours: our runs use one seeded generator each).
 
-The warm start (`warm_start`): lessons built from the slice without one shape class, used by a run
-on that class alone (transfer), against the same run without them.
+The warm start (`warm_start`): lessons built from the slice without one shape class (or without a
+group of classes, `Slice.classes_of`: e.g. one dtype's, the run's objective then the geomean over
+them, as the race's over a whole slice), used by a run on that class alone (transfer), against the
+same run without them.
 """
 
 from __future__ import annotations
@@ -301,7 +303,8 @@ def transfer_information(sl: Slice, holdout: str, target: float = TARGET,
     another recording (a dtype held out: its classes against this slice's genomes, matched by
     genome key; a genome it lacks counts as failed there)."""
     src = source or sl
-    sources = [c for c in src.classes if c != holdout]
+    held = set(sl.classes_of(holdout))
+    sources = [c for c in src.classes if c not in held]
     fit = {holdout: [sl.fitness(e, holdout) for e in sl.evaluations]}
     for c in sources:
         by_key = {e.key: src.fitness(e, c) for e in src.evaluations}
@@ -398,7 +401,9 @@ def order_limits(sl: Slice, holdout: str, lessons: Sequence[Any], targets: Seque
 def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None = None,
                lessons_from: Slice | None = None, first_seed: int = 0, lesson_order: str = "recorded",
                progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Lessons built from the slice without class `holdout` warm-start a run on that class; with
+    """Lessons built from the slice without class `holdout` warm-start a run on that class (`holdout`
+    may name a group of classes, Slice.classes_of: lessons then leave every one of them out, and the
+    runs' objective is the geomean of the group's class fitnesses); with
     `lessons_from`, lessons of another whole slice of the same family, space version and GPU
     architecture (e.g. the same sub-space in another dtype: the issue's dtype held out) instead.
     The runs use seeds first_seed .. first_seed + seeds - 1 (another range than a report's: a
@@ -414,10 +419,11 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
         if of(lessons_from) != of(sl):
             raise ValueError(f"lessons from {lessons_from.source.label} ({' '.join(of(lessons_from))}) cannot "
                              f"warm-start {sl.source.label} ({' '.join(of(sl))})")
-    built = build_lessons([origin.source], exclude_classes=[holdout], seed=0)
+    held = sl.classes_of(holdout)
+    built = build_lessons([origin.source], exclude_classes=held, seed=0)
     if not built:
         raise ValueError(f"slice {origin.source.label}: no lessons without class {holdout!r} (one class only?)")
-    key = RunKey(sl.source.family, sl.source.space_version, sl.source.arch, (holdout,))
+    key = RunKey(sl.source.family, sl.source.space_version, sl.source.arch, held)
     lessons = RunLessons.select(built, key)
     table = sl.for_class(holdout)
     size = len(table)
@@ -437,7 +443,8 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
     probe = _config(sl, "ga+lessons", 0, budget, True).search.lessons.probe
     return {
         "slice": sl.source.label, "synthetic": bool(sl.evaluations and sl.evaluations[0].device == "synthetic"),
-        "holdout_class": holdout, "lessons_from_classes": sorted({x.shape_class for x in built}),
+        "holdout_class": holdout, "holdout_classes": list(held),
+        "lessons_from_classes": sorted({x.shape_class for x in built}),
         "lessons_log": lessons.log + choice_summary([t.choice for t in warm]),
         "lessons_choice": choice_summary([t.choice for t in warm]), "space_size": size, "budget": budget, "seeds": seeds,
         "first_seed": first_seed, "lesson_order": lesson_order,
@@ -461,7 +468,7 @@ def warm_start(sl: Slice, holdout: str, *, seeds: int = 10, budget: int | None =
 def holdout_summary(result: dict[str, Any]) -> dict[str, Any]:
     """One warm start's headline figures (a row of the other-holdouts table)."""
     return {k: result[k] for k in ("cold_evals_to_99", "warm_evals_to_99", "ratio", "goal_ratio_at_most_0.3",
-                                   "lessons_from_classes", "seeds", "budget", "per_seed", "transfer_information",
+                                   "holdout_classes", "lessons_from_classes", "seeds", "budget", "per_seed", "transfer_information",
                                    "order_limits", "lessons_choice") if k in result}
 
 

@@ -124,15 +124,22 @@ def _from_seed(result: dict[str, Any]) -> str:
 
 
 def warm_markdown(result: dict[str, Any]) -> str:
-    lines = [f"# Warm start on a held-out shape class ({_label(result)})", ""]
+    held = result.get("holdout_classes") or [result["holdout_class"]]
+    group = held != [result["holdout_class"]]
+    lines = [f"# Warm start on {'held-out shape classes' if group else 'a held-out shape class'} ({_label(result)})", ""]
     if result.get("synthetic"):
         lines += ["**Synthetic**: computed on tests/data/make_synthetic_slice.py's formula, not on a GPU.", ""]
+    if result.get("prediction"):
+        lines += [f"Predicted before the run: {result['prediction']}", ""]
     ratio = result["ratio"]
     other = result.get("lessons_from_slice") not in (None, result["slice"])
-    origin = (f"another slice, {result['lessons_from_slice']}, for class **{result['holdout_class']}**" if other
-              else f"the slice without class **{result['holdout_class']}**")
+    what = (f"the classes of **{result['holdout_class']}** ({', '.join(held)})" if group
+            else f"class **{result['holdout_class']}**")
+    origin = (f"another slice, {result['lessons_from_slice']}, for {what}" if other else f"the slice without {what}")
+    alone = ("those classes together (each run's objective the geomean of a genome's fitness on each, the race's "
+             "whole-slice objective when they are the whole slice)" if group else "that class alone")
     lines += [f"Lessons built from {origin} (classes "
-              f"{', '.join(result['lessons_from_classes'])}) start a run on that class alone "
+              f"{', '.join(result['lessons_from_classes'])}) start a run on {alone} "
               f"({result['space_size']} genomes, budget {result['budget']}, {result['seeds']} seeds"
               f"{_from_seed(result)}). Cold: "
               f"{result['cold']}; warm: {result['warm']}.", "",

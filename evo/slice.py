@@ -7,7 +7,10 @@ without one, from the values its genomes take). From it come:
 - `space()`: the gene space restricted to the sub-space (same genes, names and genome keys), so
   a search replayed on the slice never asks for a genome the slice does not hold;
 - `optimum()` / `for_class()`: the slice's best fitness, and the slice seen by one shape class
-  (each evaluation's fitness on that class's cases only), what a warm start is measured on;
+  (each evaluation's fitness on that class's cases only), what a warm start is measured on; or by
+  a group of classes (`classes_of`: the classes whose names continue a prefix, e.g. every class of
+  one dtype when a family names its classes dtype first), each evaluation's fitness there the
+  geomean of its class fitnesses, as the race's whole-slice objective weighs classes;
 - `kt_cache()`: the slice in Kernel Tuner's cache format (what its simulation mode replays):
   a header (device_name, kernel_name, problem_size, tune_params_keys, tune_params, objective) and
   one entry per configuration keyed "v1,v2,..." in tune_params_keys order, holding the parameter
@@ -101,10 +104,30 @@ class Slice:
     def varied(self) -> list[str]:
         return [n for n in self.space.names if len(self.values[n]) > 1]
 
+    def classes_of(self, name: str) -> tuple[str, ...]:
+        """The shape classes `name` stands for: itself when it is one of the slice's classes, else
+        every class whose name continues it past a "/" (a family names its classes as paths, its
+        own first word first: `name` is then a group of them, e.g. one dtype's every row regime).
+        ValueError (one line) when it names none."""
+        if name in self.classes:
+            return (name,)
+        group = tuple(c for c in self.classes if name and c.startswith(name.rstrip("/") + "/"))
+        if not group:
+            raise ValueError(f"slice {self.source.label} has no shape class {name!r} and no class under it; "
+                             f"classes: {sorted(self.classes)}")
+        return group
+
     def fitness(self, ev: Evaluation, cls: str | None = None) -> float | None:
+        """The recorded objective (cls None), the fitness on one shape class, or on a group of
+        classes (`classes_of`): the geomean of its class fitnesses, each class counting once
+        whatever its cases (None when it cannot compete on one of them)."""
         if cls is None:
             return ev.fitness(self.metric)
-        return class_fitness(ev, self.classes[cls], self.source.baseline, self.metric)
+        classes = self.classes_of(cls)
+        fits = [class_fitness(ev, self.classes[c], self.source.baseline, self.metric) for c in classes]
+        if len(fits) == 1:
+            return fits[0]
+        return geomean([f for f in fits if f is not None]) if all(f is not None and f > 0 for f in fits) else None
 
     def optimum(self, cls: str | None = None) -> float:
         fits = [f for f in (self.fitness(e, cls) for e in self.evaluations) if f is not None]
@@ -113,11 +136,10 @@ class Slice:
         return max(fits)
 
     def for_class(self, cls: str) -> list[Evaluation]:
-        """The slice as a recording of class `cls` alone: its cases only, the metric its fitness
-        there (a genome that ran but not on that class is INVALID for it)."""
-        if cls not in self.classes:
-            raise ValueError(f"slice {self.source.label} has no shape class {cls!r}; classes: {sorted(self.classes)}")
-        cases = set(self.classes[cls])
+        """The slice as a recording of class `cls` alone (or of a group of classes, `classes_of`):
+        its cases only, the metric its fitness there (a genome that ran but not on that class is
+        INVALID for it)."""
+        cases = {c for name in self.classes_of(cls) for c in self.classes[name]}
         out = []
         for ev in self.evaluations:
             f = self.fitness(ev, cls)
@@ -136,7 +158,7 @@ class Slice:
         joins them)."""
         params = self.varied
         tune = {n: [_kt_value(v) for v in self.values[n]] for n in params}
-        cases = self.classes[cls] if cls else sorted({c for cs in self.classes.values() for c in cs})
+        cases = sorted({c for name in (self.classes_of(cls) if cls else self.classes) for c in self.classes[name]})
         entries: dict[str, dict[str, Any]] = {}
         for ev in self.evaluations:
             values = {n: _kt_value(ev.genome[n]) for n in params}

@@ -391,3 +391,79 @@ def test_order_limits_follow_each_order_to_each_seeds_target(sl):
     named = [k for k, v in lim["orders"].items() if v["evals_to_99"] is not None]
     assert lim["best"] == min(named, key=lambda k: lim["orders"][k]["evals_to_99"])     # ties: the first named
     assert {"mean rank", "geomean"} <= set(lim["orders"])
+
+
+# -- a group of classes held out (e.g. one dtype: issue 19's "or one dtype" as one run) -------------
+
+GROUPED = {"short": "x/short", "mid": "x/mid", "long": "y/long"}
+
+
+@pytest.fixture(scope="module")
+def grouped_file(tmp_path_factory):
+    """The synthetic slice with its classes named as a family names them, a group's word first
+    (x/short, x/mid, y/long: "x" stands where a dtype stands in RMSNorm's classes)."""
+    path = tmp_path_factory.mktemp("grouped") / "grouped_slice.json.gz"
+    make_synthetic_slice.dump(path, names=GROUPED)
+    return path
+
+
+@pytest.fixture(scope="module")
+def grouped(grouped_file):
+    return load_slice(str(grouped_file))
+
+
+def test_a_group_of_classes_is_one_objective_the_geomean_of_its_classes(grouped, sl):
+    import math
+
+    assert set(grouped.classes) == set(GROUPED.values())
+    assert grouped.classes_of("x") == grouped.classes_of("x/") == ("x/mid", "x/short")
+    assert grouped.classes_of("y/long") == ("y/long",)
+    for name in ("z", "x/s", ""):       # a group is a whole first word, not any start of a name
+        with pytest.raises(ValueError, match="no shape class"):
+            grouped.classes_of(name)
+    # every class of the slice as one group is the race's whole-slice objective (one case a class; the
+    # synthetic recording rounds its objective to 6 digits)
+    whole = dataclasses.replace(grouped, classes={f"w/{c}": v for c, v in grouped.classes.items()})
+    verified = 0
+    for e, plain in zip(grouped.evaluations, sl.evaluations):
+        assert e.key == plain.key
+        parts = [grouped.fitness(e, c) for c in ("x/short", "x/mid")]
+        assert parts == [sl.fitness(plain, "short"), sl.fitness(plain, "mid")]
+        if None in parts:
+            assert grouped.fitness(e, "x") is None
+            continue
+        verified += 1
+        assert grouped.fitness(e, "x") == pytest.approx(math.sqrt(parts[0] * parts[1]), rel=1e-12)
+        assert whole.fitness(e, "w") == pytest.approx(e.fitness(grouped.metric), rel=2e-6)
+    assert verified > 1000
+    table = grouped.for_class("x")
+    assert max(ev.fitness(grouped.metric) or 0 for ev in table) == grouped.optimum("x")
+    assert grouped.optimum("x") < grouped.optimum("x/mid")       # no genome is the best of both
+    assert all(sorted(c.case for c in ev.cases) == sorted(grouped.classes["x/mid"] + grouped.classes["x/short"])
+               for ev in table if ev.status.ok)
+
+
+def test_a_held_out_group_s_lessons_are_never_used(grouped, grouped_file, tmp_path):
+    """Holding out "x" leaves every x/ class out of the lessons, of this slice or of another that holds
+    them (--lessons-from: the dtype held out), and the runs are scored on the group's objective."""
+    from evo.race import warm_start
+
+    w = warm_start(grouped, "x", seeds=2, budget=40)
+    assert w["holdout_classes"] == ["x/mid", "x/short"] and w["lessons_from_classes"] == ["y/long"]
+    told = [line for line in w["lessons_log"] if line.startswith("lesson ")]
+    assert told and all("/y/long (" in line and "transfer" in line for line in told)
+    assert set(w["transfer_information"]["sources"]) == {"y/long"}
+    assert w["class_optimum"] == grouped.optimum("x")
+    group_values = {grouped.fitness(e, "x") for e in grouped.evaluations}
+    assert all(f in group_values for f in w["per_seed"]["cold_final"])
+    other = load_slice(str(grouped_file))
+    crossed = warm_start(grouped, "x", seeds=2, budget=40, lessons_from=other)
+    assert crossed["lessons_from_classes"] == ["y/long"] and crossed["per_seed"] == w["per_seed"]
+
+    out = tmp_path / "group"
+    assert main(["slice", "warm-start", str(grouped_file), "--out", str(out), "--holdout", "x", "--seeds", "1",
+                 "--budget", "20", "--prediction", "0.5 (0.3-0.7): a guess for the test"]) == 0
+    j = json.loads(out.with_suffix(".json").read_text())
+    md = out.with_suffix(".md").read_text()
+    assert j["prediction"].startswith("0.5") and j["holdout_classes"] == ["x/mid", "x/short"]
+    assert "Predicted before the run: 0.5 (0.3-0.7)" in md and "the classes of **x** (x/mid, x/short)" in md

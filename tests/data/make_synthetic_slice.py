@@ -56,7 +56,8 @@ def _speedup(v: dict, cls: str, key: str) -> float:
     return 1.15 * s
 
 
-def verdict(g) -> Evaluation:
+def verdict(g, names: dict[str, str] | None = None) -> Evaluation:
+    """`names`: a class's name in the cases' params, when not its own (a family's path-like names)."""
     v = dict(g)
     base = dict(key=g.key, genome=v, space=SPACE.name, device="synthetic", toolkit="none")
     if v["vector_bytes"] == 16 and v["stages"] == 3 and v["unroll"] == 4:
@@ -70,7 +71,8 @@ def verdict(g) -> Evaluation:
         sp = _speedup(v, cls, g.key)
         t = torch_us / sp
         cases.append(CaseResult(case=f"{cls}/{m}x{n}", status=Status.OK,
-                                params={"M": m, "N": n, "dtype": "bf16", "shape_class": cls},
+                                params={"M": m, "N": n, "dtype": "bf16",
+                                        "shape_class": (names or {}).get(cls, cls)},
                                 time_us=round(t, 4), spread_us=round(0.01 * t, 4), samples=20,
                                 baselines_us={"torch": torch_us}))
     speedups = [c.speedup("torch") for c in cases]
@@ -79,13 +81,14 @@ def verdict(g) -> Evaluation:
                       cases=tuple(cases), **base)
 
 
-def evaluations() -> list[Evaluation]:
-    return [verdict(g) for g in SPACE.enumerate()]
+def evaluations(names: dict[str, str] | None = None) -> list[Evaluation]:
+    return [verdict(g, names) for g in SPACE.enumerate()]
 
 
-def dump(out: Path) -> None:
-    """The slice as an `evo dump`-shaped file (replays and reports like a recorded run)."""
-    evs = evaluations()
+def dump(out: Path, names: dict[str, str] | None = None) -> None:
+    """The slice as an `evo dump`-shaped file (replays and reports like a recorded run); `names`:
+    the classes renamed (e.g. {"short": "x/short"}), the same verdicts."""
+    evs = evaluations(names)
     payload = {"run_id": "synthetic-slice", "family": "synthetic", "seed": 0,
                "config": {"experiment": {"name": "synthetic-slice", "family": "synthetic", "space_version": "",
                                          "description": "SYNTHETIC slice (tests/data/make_synthetic_slice.py): "

@@ -187,3 +187,26 @@ def test_lessons_read_back_from_a_store_and_a_file(tmp_path, lessons):
     assert [x.payload for x in read_lessons(str(path))] == [x.payload for x in got]
     with pytest.raises(ValueError, match="no such file"):
         read_lessons(str(tmp_path / "nope.json"))
+
+
+def test_a_run_quotes_its_lessons_in_the_llm_prompt_and_not_refused_ones(httpserver, monkeypatch, lessons,
+                                                                          synthetic_space, slice_evals):
+    """[search.lessons] prompt: the run's lessons reach the prompt of every LLM request it makes (an
+    endpoint on loopback playing answers written for this test); a refused lesson never does."""
+    import json
+
+    from tests.llm_doubles import ScriptedEndpoint, completion, genes_answer
+
+    monkeypatch.setenv("EVO_TEST_LLM_KEY", "sk-test")
+    endpoint = ScriptedEndpoint([("json", completion(genes_answer({"unroll": u}))) for u in (1, 2, 3, 4) * 4])
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(endpoint)
+    cfg = make_config(search={"ga": {"population": 8, "offspring": 8}, "lessons": {"source": "given to the Run"}},
+                      budget={"evaluations": 32},
+                      operators={"llm": {"rate": 0.5, "base_url": httpserver.url_for("/v1"), "model": "test-model",
+                                         "api_key_env": "EVO_TEST_LLM_KEY", "retries": 0, "timeout_s": 5.0}})
+    foreign = replace(lessons[0], family="rmsnorm", shape_class="foreign-class")
+    chosen = RunLessons.select([foreign, *lessons], _key())
+    _run(cfg, synthetic_space, ReplayEvaluator(slice_evals, source="synthetic slice"), chosen)
+    prompts = [json.dumps(r["body"]["messages"]) for r in endpoint.requests]
+    assert prompts and all("lessons of earlier runs" in p and "shape class long (own" in p for p in prompts)
+    assert not any("foreign-class" in p for p in prompts)

@@ -583,10 +583,28 @@ SPACE_V9 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V8.genes 
                      constraints=tuple(REGISTERS_FIT_V9 if c.name == "registers_fit" else c
                                        for c in SPACE_V8.constraints) + V9_CONSTRAINTS)
 
+#: space v10 (session 23): entries specialised to the launch shape. Up to v9 every entry read its threads
+#: per row and rows per CTA from blockDim and guarded each vector of a thread's slice (`own[j]`) and each
+#: row (`row < M`) at run time, so a staged visit computed every shared-memory slot and global address
+#: with run-time multiplies and predicated each cp.async, shared read and dx store: session 22's Nsight
+#: Compute counted 1.4x INT21's instructions at 64K with the same DRAM bytes (INT21_NOTES.md section 10),
+#: and in d8182490's SASS the visit loop holds 882 instructions for 32 elements a thread. specialize =
+#: exact also renders entries whose threads per row and rows per CTA are compile-time constants, for the
+#: launch shapes the family's widths give (kernels/rmsnorm_bwd/family.py: exact_shapes), and launch()
+#: takes one wherever every vector of every CTA's slice exists (V == C x chunks x threads per row) and
+#: every row of a visited group does (M % rows == 0); elsewhere the run-time entry, as before. Only the
+#: entries differ: the same arithmetic in the same order, so outputs are those of the none twin.
+SPECIALIZE = Choice("specialize", options=("none", "exact"), group="geometry", legacy="none",
+                    doc="none: threads per row and rows per CTA read at run time, every vector and row guarded | "
+                        "exact: besides those entries, ones with both fixed at compile time and no guards, "
+                        "launched wherever the case's rows divide evenly among the threads (v10)")
+SPACE_V10 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V9.genes + (SPECIALIZE,),
+                      constraints=SPACE_V9.constraints)
+
 #: every version of the space, and the latest (what a new run uses)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
-          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9}
-SPACE = SPACE_V9
+          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10}
+SPACE = SPACE_V10
 
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread

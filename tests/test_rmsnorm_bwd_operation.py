@@ -87,11 +87,27 @@ def test_check_cases_cover_what_the_benchmark_does_not():
         assert any(c.params["M"] == 65543 for c in mine)
         huge = [c for c in mine if c.params.get("sample_rows")]
         assert huge and all(c.params["M"] * c.params["N"] > 2**31 for c in huge)
-        assert {c.params["N"] for c in huge} == {4104, 262152}
+        assert {c.params["N"] for c in huge} == {4104, 262152, 65536}
         assert any(c.params.get("nonfinite") for c in mine)
         assert any(c.params.get("x_scale") for c in mine)
         widths = {c.params["N"] for c in mine}
         assert {1000, 4104, 8200, 262152, 393224} <= widths
+
+
+def test_exact_check_cases_repeat_each_check_property_at_evenly_dividing_shapes():
+    """The exact entries (space v10) run only where rows divide evenly; every property the forward's
+    CHECK cases test at awkward widths is tested again at such a shape, none a benchmark shape."""
+    bench = {(c.params["M"], c.params["N"]) for c in FAMILY.benchmark_cases("all")}
+    for d in ("bf16", "fp16", "fp32"):
+        even = [c for c in FAMILY.check_cases() if c.params["dtype"] == d and c.params["N"] & (c.params["N"] - 1) == 0
+                and c.params["N"] >= 512]
+        assert all((c.params["M"], c.params["N"]) not in bench for c in even)
+        assert all(c.params["M"] % 128 == 0 or c.params["N"] >= 65536 for c in even)
+        assert any(c.params["M"] > 65535 for c in even)
+        assert any(c.params["M"] * c.params["N"] > 2**31 and c.params.get("sample_rows") for c in even)
+        assert any(c.params.get("nonfinite") for c in even)
+        assert any(c.params.get("x_scale") for c in even) and any(c.params.get("eps") for c in even)
+        assert {262144, 65536, 16384} <= {c.params["N"] for c in even}
 
 
 def test_io_workspace_and_args():

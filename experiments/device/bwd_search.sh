@@ -5,7 +5,7 @@
 # call does not carry is gone from the machine in that call: session 12 lost INT21 that way for
 # two calls); a step stops at once (exit 4) when INT21, or in step c QuACK, cannot be imported.
 #   STEP=a [.whl .whlq1 + PEERS] (PROBE=seeds.json: those genomes through bwd_probe.py first, PROBE_S): INT21 restored (or built),
-#          the family's GPU tests, where the judge's CHECK time goes, a new search started (SEARCH_S; 0: none)
+#          the family's GPU tests (TESTS_K: their -k expression, default bf16), where the judge's CHECK time goes, a new search started (SEARCH_S; 0: none)
 #   STEP=b [.whlq2 + PEERS]: the search resumed for SEARCH_S more seconds (on a fresh machine, from the
 #          committed dump BWD_DUMP, default results/rmsnorm_bwd_h200_run.json.gz: `evo resume DUMP`;
 #          a first call carries .whl too, and .whlq1 when a step c follows)
@@ -34,7 +34,7 @@ case "${STEP:-a}" in
 a)
     if [ "${TESTS_S:-200}" -gt 0 ]; then     # TESTS_S=0: no GPU tests (timeout 0 would mean no limit)
         timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_rmsnorm_bwd_gpu.py -s \
-            -k bf16 > "$OUT/bwd_gpu.log" 2>&1
+            -k "${TESTS_K:-bf16}" > "$OUT/bwd_gpu.log" 2>&1
         echo "backward GPU tests rc=$?"; grep -E "passed|failed|TB/s|Error" "$OUT/bwd_gpu.log" | cut -c1-300 | tail -30
     fi
     if [ -n "${PROBE:-}" ]; then     # a seeds file judged on the bf16 cases beside INT21 and the roofline

@@ -204,6 +204,44 @@ def entry_name(x_dtype: str, cluster: int = 1) -> str:
     return f"rmsnorm_bwd_{x_dtype}" if cluster == 1 else f"rmsnorm_bwd_{x_dtype}_c{cluster}"
 
 
+#: space v10 (specialize = exact): the widths whose launch shapes get exact entries, every width of the
+#: family's benchmark matrices (tests/test_rmsnorm_bwd_exact.py checks they cover them: a width added to a
+#: matrix and missing here would run the run-time entry, correct but unspecialised). Frozen, not read
+#: from the matrices, so that a genome's source does not change when a matrix does.
+EXACT_WIDTHS = (256, 512, 1024, 2048, 4096, 5120, 7168, 8192, 14336, 16384, 32768, 65536, 131072, 262144)
+#: rows the exact shapes are computed at: enough for every CTA to hold its most rows (geometry gives
+#: fewer rows per CTA only to cases of fewer rows than that)
+EXACT_REF_ROWS = 1 << 15
+
+
+def exact_fit(genome: Mapping[str, Any], geo: Geometry, M: int) -> bool:
+    """Whether an exact entry may run this launch (specialize = exact): every vector of every CTA's
+    slice exists (V == cluster x chunks x threads per row: no ownership guard) and every row of every
+    row group does (M a multiple of the rows per CTA: no row guard)."""
+    return (genome.get("specialize", "none") == "exact" and M % geo.rows == 0
+            and geo.vectors == geo.cluster * genome["chunks"] * geo.tpr)
+
+
+def exact_shapes(genome: Mapping[str, Any], dtype: str) -> list[tuple[int, int, int]]:
+    """(cluster, threads per row, rows per CTA) of the exact entries a specialize = exact genome renders
+    for x dtype `dtype`: the launch shapes of the EXACT_WIDTHS that fit exactly; [] otherwise."""
+    if genome.get("specialize", "none") != "exact":
+        return []
+    shapes = set()
+    for n in EXACT_WIDTHS:
+        geo = geometry(genome, EXACT_REF_ROWS, n, dtype)
+        # a clustered CTA holding several rows (a row barely longer than one CTA covers) stays on the
+        # run-time entry: at the cap of 128 registers ptxas spilled 12-36 bytes in such exact entries of
+        # 4 of the 4 pass2_data = regs genomes compiled (session 23), and a spill fails the whole genome
+        if geo is not None and exact_fit(genome, geo, EXACT_REF_ROWS) and (geo.cluster == 1 or geo.rows == 1):
+            shapes.add((geo.cluster, geo.tpr, geo.rows))
+    return sorted(shapes)
+
+
+def exact_entry_name(x_dtype: str, cluster: int, tpr: int, rows: int) -> str:
+    return f"{entry_name(x_dtype, cluster)}_x{tpr}r{rows}"
+
+
 def defines(genome: Mapping[str, Any]) -> dict[str, str]:
     """The #defines a genome renders to (name -> value text), in a fixed order."""
     g = genome
@@ -261,6 +299,10 @@ class RMSNormBwdFamily(op.RMSNormBwdOperation):
             for c in clusters:
                 attr = "" if c == 1 else f"__cluster_dims__({c}, 1, 1)"
                 entries.append(f"BWD_ENTRY({entry_name(xd, c)}, {_CTYPE[xd]}, {c}, {attr})")
+            for c, tpr, rows in exact_shapes(g, xd):
+                attr = "" if c == 1 else f"__cluster_dims__({c}, 1, 1)"
+                entries.append(f"BWD_ENTRY_X({exact_entry_name(xd, c, tpr, rows)}, {_CTYPE[xd]}, {c}, {attr}, "
+                               f"{tpr}, {rows})")
         body = select_regions(TEMPLATE.read_text(), at_legacy(SPACE, g), where=TEMPLATE.name)
         return "\n".join(head) + "\n\n" + body + "\n" + "\n".join(entries) + "\n"
 
@@ -275,7 +317,10 @@ class RMSNormBwdFamily(op.RMSNormBwdOperation):
         if geo is None:
             return None
         N = int(case.params["N"])
-        main = Launch(kernel=entry_name(dt, geo.cluster), grid=(geo.grid, 1, 1), block=geo.block,
+        kernel = entry_name(dt, geo.cluster)
+        if exact_fit(genome, geo, int(case.params["M"])) and (geo.cluster, geo.tpr, geo.rows) in exact_shapes(genome, dt):
+            kernel = exact_entry_name(dt, geo.cluster, geo.tpr, geo.rows)
+        main = Launch(kernel=kernel, grid=(geo.grid, 1, 1), block=geo.block,
                       args=self.main_args(case), shared_bytes=geo.shared_bytes, cluster=(geo.cluster, 1, 1))
         if geo.dynamic:
             n_dw = N if genome["dw_reduce"] == "atomic" else 0

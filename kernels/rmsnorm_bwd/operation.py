@@ -67,6 +67,21 @@ REGISTER_BYTES = SM_COUNT * 65536 * 4
 
 _CHUNK_ELEMS = 1 << 25          # rows are referenced in blocks of about this many elements
 
+#: CHECK cases at shapes whose rows divide evenly (check_cases): powers of two from the benchmark
+#: widths, row counts a multiple of 128 (every rows-per-CTA a genome can have divides them) but for
+#: the clustered widths (one row a CTA), and none of them a benchmark shape: short, mid and long rows
+#: (clusters of 8 and 16 at 65536 and 262144), more rows than 16 bits index (65664), more than 2**31
+#: elements (34432 x 65536, 5 % past it; sampled rows as the forward's huge cases), the eps cases and
+#: non-finite rows
+_EXACT_HUGE_ROWS = 34432
+EXACT_CHECKS: tuple[tuple[int, int, dict[str, Any]], ...] = (
+    (384, 256, {}), (384, 2048, {}), (384, 16384, {}), (40, 65536, {}), (24, 262144, {}),
+    (65664, 512, {}),
+    (_EXACT_HUGE_ROWS, 65536, {"sample_rows": FWD.SAMPLE_ROWS}),
+    (384, 1024, {"x_scale": FWD.SMALL_X_SCALE}), (384, 1024, {"eps": FWD.LARGE_EPS}),
+    (128, 65536, {"nonfinite": True}),
+)
+
 
 def max_parts(M: int, N: int) -> int:
     """Rows of the dw_part workspace of a case: every genome's grid is clamped to this many
@@ -134,8 +149,18 @@ class RMSNormBwdOperation(KernelFamily):
         small awkward shapes, odd widths at the start and inside every dispatch range (past the
         largest too), 65543 rows (row indices past 16 bits; dw sums the most rows there), more
         than 2**31 elements at widths 4104 and 262152 (dx judged on sampled rows, dw in full),
-        the eps cases (x ~ 1e-3: rstd ~ 700 and dx with it; eps 0.5), and non-finite rows."""
-        return self._from_fwd(self.fwd.check_cases())
+        the eps cases (x ~ 1e-3: rstd ~ 700 and dx with it; eps 0.5), and non-finite rows.
+
+        Then the same properties at shapes whose rows divide evenly (EXACT_CHECKS): the forward's
+        widths are deliberately not powers of two, so a launch path taken only where a row's
+        vectors and a CTA's rows divide evenly (the backward's exact entries, space v10) would
+        otherwise be judged by the benchmark cases alone, on one distribution's magnitudes, never
+        past 2**31 elements nor 16-bit row indices nor on non-finite rows."""
+        out = self._from_fwd(self.fwd.check_cases())
+        for d in self.dtypes:
+            for m, n, kw in EXACT_CHECKS:
+                out.append(self.make_case(m, n, d, **kw))
+        return out
 
     def io(self, case: Case) -> tuple[dict[str, BufferSpec], dict[str, BufferSpec]]:
         M, N, dt = _params(case)

@@ -88,7 +88,11 @@
 #endif
 #if BWD_ROLLED
 // a rolled loop must not index a register array by the vector: ownership is recomputed
+//@specialize legacy
 #define BWD_OWN(j) (v0 + tx + (j) * tpr < v1)
+//@specialize new
+#define BWD_OWN(j) (XT > 0 || v0 + tx + (j) * tpr < v1)
+//@specialize end
 #if BWD_ROLLED == 4
 #define BWD_VLOOP _Pragma("unroll 4")
 #else
@@ -534,7 +538,11 @@ __device__ __forceinline__ void row_reduce_async(float* v, int tpr, int it, floa
 
 // ---------------------------------------------------------------------------------------------
 // the main kernel: dx for every row, one dw row per CTA (cluster)
+//@specialize legacy
 template <typename T, int C>
+//@specialize new
+template <typename T, int C, int XT = 0, int XR = 0>
+//@specialize end
 __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* __restrict__ w,
                                          const T* __restrict__ dy, const float* __restrict__ rstd,
                                          T* __restrict__ dx, float* __restrict__ dw, float* __restrict__ dw_part,
@@ -551,7 +559,18 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   extern __shared__ __align__(16) uint32_t dsm[];
 #endif
 
+//@specialize legacy
   const int tpr = blockDim.x, R = blockDim.y;
+//@specialize new
+  // space v10 (specialize = exact): an exact entry (XT > 0) knows its threads per row and rows per CTA
+  // at compile time, and launch() uses it only where every vector of every CTA's slice exists
+  // (V == C * K * XT) and every row of a visited group does (M % XR == 0): no ownership or row guard,
+  // slot and global offsets folded into immediates. A launch that breaks the first promise traps.
+  const int tpr = XT > 0 ? XT : (int)blockDim.x, R = XT > 0 ? XR : (int)blockDim.y;
+  if constexpr (XT > 0) {
+    if (blockDim.x != XT || blockDim.y != XR) __trap();
+  }
+//@specialize end
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int V = N / E;
   const int rank = C > 1 ? (int)cluster_rank() : 0;
@@ -564,7 +583,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 
   bool own[K];
 #pragma unroll
+//@specialize legacy
   for (int j = 0; j < K; ++j) own[j] = v0 + tx + j * tpr < v1;
+//@specialize new
+  for (int j = 0; j < K; ++j) own[j] = XT > 0 || v0 + tx + j * tpr < v1;
+//@specialize end
 
 #if BWD_DW_SMEM
   // dw accumulators in shared memory after the staging ring: slots of AW floats (a float4, or a
@@ -791,7 +814,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
     load_rows(g, xa, da, rq[0]);
 #endif
     const int row = g * R + ty;
+//@specialize legacy
     const bool live = row < M;
+//@specialize new
+    const bool live = XT > 0 || row < M;
+//@specialize end
     (void)live;
     // pass 1: s[0] = sum x*w*dy, s[1] = sum x*x
     float s[BWD_NV];
@@ -1100,6 +1127,16 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
                                                  float* __restrict__ dw_part, int M, int N, float eps) { \
     bwd_main<T, C>(x, w, dy, rstd, dx, dw, dw_part, M, N, eps);                                        \
   }
+//@specialize new
+// space v10: an exact entry, XT threads per row and XR rows per CTA fixed at compile time (see bwd_main)
+#define BWD_ENTRY_X(NAME, T, C, ATTR, XT, XR)                                                          \
+  extern "C" __global__ void BWD_BOUNDS ATTR NAME(const T* __restrict__ x, const float* __restrict__ w,  \
+                                                 const T* __restrict__ dy, const float* __restrict__ rstd, \
+                                                 T* __restrict__ dx, float* __restrict__ dw,           \
+                                                 float* __restrict__ dw_part, int M, int N, float eps) { \
+    bwd_main<T, C, XT, XR>(x, w, dy, rstd, dx, dw, dw_part, M, N, eps);                                \
+  }
+//@specialize end
 
 // ---------------------------------------------------------------------------------------------
 // dw = column sums of dw_part[0 .. parts, :]. block = (BX, BY): BX threads of float4 columns, BY

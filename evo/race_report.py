@@ -136,15 +136,17 @@ def warm_markdown(result: dict[str, Any]) -> str:
     what = (f"the classes of **{result['holdout_class']}** ({', '.join(held)})" if group
             else f"class **{result['holdout_class']}**")
     origin = (f"another slice, {result['lessons_from_slice']}, for {what}" if other else f"the slice without {what}")
-    alone = ("those classes together (each run's objective the geomean of a genome's fitness on each, the race's "
-             "whole-slice objective when they are the whole slice)" if group else "that class alone")
-    lines += [f"Lessons built from {origin} (classes "
-              f"{', '.join(result['lessons_from_classes'])}) start a run on {alone} "
+    alone = ("those classes together, each run's objective the geomean of a genome's fitness on each, as the race's "
+             "on a whole slice" if group else "that class alone")
+    warm_seeds = [v for v in (result.get("per_seed") or {}).get("warm_evals_to_99") or []]
+    same = (f" (the same in all {len(warm_seeds)} seeds)" if len(warm_seeds) > 1 and len(set(warm_seeds)) == 1
+            else "")
+    lines += [f"Lessons of {', '.join(result['lessons_from_classes'])}, built from {origin}, start a run on {alone} "
               f"({result['space_size']} genomes, budget {result['budget']}, {result['seeds']} seeds"
               f"{_from_seed(result)}). Cold: "
               f"{result['cold']}; warm: {result['warm']}.", "",
               f"- cold run: median {_fmt(result['cold_evals_to_99'])} evaluations to 99 % of its own final best",
-              f"- warm run: median {_fmt(result['warm_evals_to_99'])} evaluations to that same value",
+              f"- warm run: median {_fmt(result['warm_evals_to_99'])} evaluations to that same value{same}",
               f"- ratio warm / cold: {'-' if ratio is None else f'{ratio:.2f}'} (goal: <= 0.30; "
               f"{'met' if result['goal_ratio_at_most_0.3'] else 'not met'})", "", "What the run was told:", ""]
     lines += [f"- {x}" for x in result["lessons_log"]]

@@ -49,7 +49,7 @@ def test_search_efficiency_is_consistent():
     assert f"**{r['ours_best']}**" in md and f"{r['space_size']} genomes" in md
 
 
-@pytest.mark.parametrize("name", ["warm_start", "warm_start_dtype", "warm_start_dtype_model"])
+@pytest.mark.parametrize("name", ["warm_start", "warm_start_dtype", "warm_start_dtype_model", "warm_start_dtype_whole"])
 def test_warm_start_is_consistent(name):
     w, md = _load(name)
     assert w["seeds"] >= 10 and set(w) >= {"cold_evals_to_99", "warm_evals_to_99", "ratio", "seeds"}
@@ -59,6 +59,8 @@ def test_warm_start_is_consistent(name):
     if w["ratio"] is not None:
         assert w["ratio"] == pytest.approx(w["warm_evals_to_99"] / w["cold_evals_to_99"])
     assert w["holdout_class"] not in w["lessons_from_classes"]
+    assert not set(w.get("holdout_classes") or ()) & set(w["lessons_from_classes"])     # a group held out: all of it
+    assert ("Predicted before the run: " + w["prediction"] in md) if w.get("prediction") else True
     assert all("refused" not in line for line in w["lessons_log"])
     assert ("**Synthetic**" in md) == w["synthetic"]
     for h in (w.get("holdouts") or {w["holdout_class"]: w}).values():

@@ -148,20 +148,25 @@ def warm_markdown(result: dict[str, Any]) -> str:
               f"- cold run: median {_fmt(result['cold_evals_to_99'])} evaluations to 99 % of its own final best",
               f"- warm run: median {_fmt(result['warm_evals_to_99'])} evaluations to that same value{same}",
               f"- ratio warm / cold: {'-' if ratio is None else f'{ratio:.2f}'} (goal: <= 0.30; "
-              f"{'met' if result['goal_ratio_at_most_0.3'] else 'not met'})", "", "What the run was told:", ""]
+              f"{'met' if result['goal_ratio_at_most_0.3'] else 'not met'})"]
+    lines += _optimum_lines(result)
+    lines += ["", "What the run was told:", ""]
     lines += [f"- {x}" for x in result["lessons_log"]]
     if result.get("lesson_order", "recorded") != "recorded":
         lines += [f"- search.lessons.order = {result['lesson_order']!r} (not the default): once lessons are chosen, "
                   "the rest of the first population comes in the kept lessons' own surrogate's order"]
     if result.get("holdouts"):
+        opt = all("warm_evals_to_optimum" in h for h in result["holdouts"].values())
         lines += ["", "Every class held out in turn (same seeds and budget; the first row is the headline):", "",
-                  "| held-out class | lessons from | cold: evaluations to 99 % (median) | warm | ratio | goal <= 0.30 |",
-                  "|---|---|---:|---:|---:|---|"]
+                  "| held-out class | lessons from | cold: evaluations to 99 % (median) | warm | ratio | goal <= 0.30 |"
+                  + (" to the optimum itself: cold / warm (median) |" if opt else ""),
+                  "|---|---|---:|---:|---:|---|" + ("---|" if opt else "")]
         for cls, h in result["holdouts"].items():
             r = h["ratio"]
             lines.append(f"| {cls} | {', '.join(h['lessons_from_classes'])} | {_fmt(h['cold_evals_to_99'])} | "
                          f"{_fmt(h['warm_evals_to_99'])} | {'-' if r is None else f'{r:.2f}'} | "
-                         f"{'met' if h['goal_ratio_at_most_0.3'] else 'not met'} |")
+                         f"{'met' if h['goal_ratio_at_most_0.3'] else 'not met'} |"
+                         + (f" {_fmt(h['cold_evals_to_optimum'])} / {_fmt(h['warm_evals_to_optimum'])} |" if opt else ""))
     chose = [(cls, h["lessons_choice"][0]) for cls, h in (result.get("holdouts") or {}).items()
              if h.get("lessons_choice")]
     if chose:
@@ -186,6 +191,20 @@ def warm_markdown(result: dict[str, Any]) -> str:
     lines += _limits_lines(result)
     lines += ["", f"Made by: `{result.get('command') or 'evo slice warm-start'}`", ""]
     return "\n".join(lines)
+
+
+def _optimum_lines(result: dict[str, Any]) -> list[str]:
+    """Beside the goal's target: evaluations to the class optimum itself, and how close to it the warm
+    run's best was when it reached the target (results written before these figures were kept have none)."""
+    if "warm_evals_to_optimum" not in result:
+        return []
+    import statistics
+
+    fr = [f for f in result["per_seed"].get("warm_fraction_of_optimum_at_target") or [] if f is not None]
+    at = f"; the warm run's best when it reached the target: {statistics.median(fr):.4f} of the optimum (median)" \
+        if fr else ""
+    return [f"- to the optimum itself: cold median {_fmt(result['cold_evals_to_optimum'])}, warm median "
+            f"{_fmt(result['warm_evals_to_optimum'])} evaluations{at}"]
 
 
 def _limits_lines(result: dict[str, Any]) -> list[str]:

@@ -456,6 +456,11 @@ def test_a_held_out_group_s_lessons_are_never_used(grouped, grouped_file, tmp_pa
     assert w["class_optimum"] == grouped.optimum("x")
     group_values = {grouped.fitness(e, "x") for e in grouped.evaluations}
     assert all(f in group_values for f in w["per_seed"]["cold_final"])
+    per = w["per_seed"]            # the optimum itself is at or past the target (99 % of a cold run's best)
+    for side in ("cold", "warm"):
+        assert all(o is None or (t is not None and o >= t)
+                   for t, o in zip(per[f"{side}_evals_to_99"], per[f"{side}_evals_to_optimum"]))
+    assert all(f is None or 0 < f <= 1 for f in per["warm_fraction_of_optimum_at_target"])
     other = load_slice(str(grouped_file))
     crossed = warm_start(grouped, "x", seeds=2, budget=40, lessons_from=other)
     assert crossed["lessons_from_classes"] == ["y/long"] and crossed["per_seed"] == w["per_seed"]

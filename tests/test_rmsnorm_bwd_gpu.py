@@ -234,8 +234,9 @@ def test_exact_twins_write_their_run_time_twins_outputs_and_pass_the_judge_bf16(
             dev = family.make_inputs(case, cp.random.RandomState(700 + i), family.distributions[i % 2], xp=cp)
             a, b = run(exact, case, dev, modules[exact.key]), run(plain, case, dev, modules[plain.key])
             for name, x in a.items():
-                if name == "dw" and plain["dw_reduce"] == "atomic":
-                    continue                            # float atomics: dw's bits vary launch to launch
+                if name == "dw" and (plain["dw_reduce"] == "atomic" or plain["row_schedule"] == "dynamic"):
+                    continue        # float atomics, or row groups handed out by a counter: which CTA sums
+                                    # which rows (dw's bits) varies launch to launch; the judge verifies dw
                 bits = f"u{x.itemsize}"                 # bit patterns: NaN rows (torch's rule) compare too
                 differ = int((x.view(bits) != b[name].view(bits)).sum())
                 print(exact.key[:8], case.id, name, "differing elements", differ, "of", x.size)

@@ -18,7 +18,7 @@ spec.loader.exec_module(probe)
 
 def test_it_asks_about_every_clustered_genome_of_the_table_and_the_seeds():
     space = load_space("rmsnorm_bwd")
-    genomes = probe.genomes_of(REPO / "results" / "rmsnorm_bwd_dispatch.json",
+    genomes = probe.genomes_of(REPO / "results" / "archive" / "session14" / "rmsnorm_bwd_dispatch.json",
                                [REPO / "experiments" / "seeds" / "rmsnorm_bwd_v5_sched_probe.json"], space)
     assert {"d30696bb", "c82157f8", "b7d1aedd", "fb4fbace"} <= set(genomes)
     assert all(int(g["cluster"]) > 1 for k, g in genomes.items() if k not in ("b7d1aedd", "fb4fbace"))

@@ -1,5 +1,5 @@
 """operators/rules/rmsnorm_bwd_v1.toml on the backward's own H200 evidence (session 14's record,
-results/rmsnorm_bwd_h200_run.json.gz): the rules load against gene space v5, fire where the
+results/archive/session14/rmsnorm_bwd_h200_run.json.gz): the rules load against gene space v5, fire where the
 measurements say they should, and the L2 rule proposes the twin the probe measured faster."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from operators.guided import GuidedOperator
 from tests.conftest import REPO
 
 SPACE = load_space("rmsnorm_bwd", "v5")
-RECORD = REPO / "results" / "rmsnorm_bwd_h200_run.json.gz"
+RECORD = REPO / "results" / "archive" / "session14" / "rmsnorm_bwd_h200_run.json.gz"
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,10 @@
 """The RMSNorm backward searches recorded on the H200 replay without a GPU: session 12's (52
 evaluations of gene space v3, results/archive/session12/rmsnorm_bwd_h200_run.json.gz), session
 13's (24 evaluations of v4, results/archive/session13/rmsnorm_bwd_h200_run.json.gz: the seeds judged
-in full) and session 14's (36 evaluations of v5, results/rmsnorm_bwd_h200_run.json.gz: the record
-today's backward table was made from). For each, the config it ran
+in full), session 14's (36 evaluations of v5, results/archive/session14/rmsnorm_bwd_h200_run.json.gz: the
+record session 14's table was made from) and session 23's (32 evaluations of v10, results/rmsnorm_bwd_h200_run.json.gz:
+the seeds, the table's genomes beside their specialize = exact twins, judged in full; the record today's
+table was made from). For each, the config it ran
 with (stored in the record) and its seed ask the same genomes in the same order, verdict for
 verdict. The record is honest about its flaw: INT21's checkout was missing on the device for its
 last 28 evaluations (nothing stopped the judge then; BaselineUnavailableError does now), so those
@@ -23,7 +25,8 @@ from tests.recorded_runs import replay_recording
 
 RECORDING = REPO / "results" / "archive" / "session12" / "rmsnorm_bwd_h200_run.json.gz"
 RECORDING_V4 = REPO / "results" / "archive" / "session13" / "rmsnorm_bwd_h200_run.json.gz"
-RECORDING_V5 = REPO / "results" / "rmsnorm_bwd_h200_run.json.gz"
+RECORDING_V5 = REPO / "results" / "archive" / "session14" / "rmsnorm_bwd_h200_run.json.gz"
+RECORDING_V10 = REPO / "results" / "rmsnorm_bwd_h200_run.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +121,24 @@ def test_session14_record_replays_and_keeps_its_three_misaligned_prefetches():
     assert len(errors) == 3 and all("CUDA error 716" in e.message and e.genome["staging"] == "l2"
                                     and e.genome["vec_bytes"] == 8 for e in errors)
     assert any(e.genome.get("staging") == "l2" for e in ok), "the record holds the l2 genomes the probe measured"
+
+
+def test_session23_record_replays_with_every_exact_twin_beside_its_run_time_twin():
+    """The v10 record (experiments/seeds/rmsnorm_bwd_v10_exact.json: the 11 genomes of session 14's table and
+    eefa2c4e, each followed by its specialize = exact twin, judged in full beside INT21, then the GA's first
+    children) replays verdict for verdict. Every seed came out OK, so each pair is a same-run A/B of the
+    exact entries (INT21_NOTES.md section 13); INT21 is missing on fp32/8192x262144 only (its own launch
+    fails there); the GA's INVALID children spilled, which the judge found at compile time."""
+    import json as _json  # noqa: PLC0415
+    by_key = replayed_verdicts(RECORDING_V10, "v10", 32)
+    space = load_space("rmsnorm_bwd", "v10")
+    seeds = _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v10_exact.json").read_text())["genomes"]
+    keys = [space.make(s["genome"]).key for s in seeds]
+    assert len(keys) == 22 and all(by_key[k].status is Status.OK for k in keys)
+    assert [space.make(s["genome"])["specialize"] for s in seeds] == ["none", "exact"] * 11
+    ok = [e for e in by_key.values() if e.status is Status.OK]
+    assert len(ok) == 27 and all(e.device.startswith("NVIDIA H200") for e in ok)
+    missing = {c.case for e in ok for c in e.cases if c.time_us is not None and "int21" not in c.baselines_us}
+    assert missing == {"fp32/8192x262144"}
+    bad = [e for e in by_key.values() if e.status is not Status.OK]
+    assert len(bad) == 5 and all(e.status is Status.INVALID and "spills" in e.message for e in bad)

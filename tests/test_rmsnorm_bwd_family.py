@@ -953,8 +953,8 @@ def test_bulk_prefetch_spans_are_aligned_lines_inside_the_slice():
                 if v1 > v0:
                     yield base + (row * N + v0 * E) * item, (v1 - v0) * E * item
 
-    record = json.loads(gzip.decompress((Path(__file__).resolve().parent.parent / "results"
-                                         / "rmsnorm_bwd_h200_run.json.gz").read_bytes()))
+    record = json.loads(gzip.decompress((Path(__file__).resolve().parent.parent / "results" / "archive"
+                                         / "session14" / "rmsnorm_bwd_h200_run.json.gz").read_bytes()))
     failed = [Evaluation.from_dict(e) for e in record["evaluations"]]
     failed = [e for e in failed if e.status is Status.RUNTIME_ERROR and "CUDA error 716" in e.message]
     if failed:                                              # the v5 record of session 14

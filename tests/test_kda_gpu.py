@@ -9,6 +9,7 @@ import pytest
 
 from fitness import dtypes, verify
 from fitness.family import load_family
+from tests.device_runs import load_modules, run_genome
 
 pytestmark = pytest.mark.gpu
 FAMILY = load_family("kda")
@@ -135,40 +136,18 @@ def test_v_split_passes_the_judge_on_check_and_smoke_cases(tmp_path, cp):
 
 def _run_genome(backend, genome, case, dev, module):
     """One launch sequence of `genome` on device inputs `dev`: its outputs (host arrays), outputs
-    and workspace poisoned first."""
-    from fitness.device import as_launches, resolve_args
-
-    _, outs = FAMILY.io(case)
-    bufs = {n: cp_empty(s) for n, s in {**outs, **FAMILY.workspace(case)}.items()}
-    for one in as_launches(FAMILY.launch(genome, case)):
-        kernel = backend.get_kernel(module, one.kernel)
-        backend.prepare_kernel(kernel, one)
-        backend.launch(kernel, one, resolve_args(one, {**dev, **bufs}))
-    backend.synchronize(60.0)
-    return {n: bufs[n].get() for n in outs}
-
-
-def cp_empty(spec):
-    import cupy
-
-    arr = cupy.empty(spec.shape, dtype=dtypes.storage_dtype(spec.dtype))
-    dtypes.poison(arr, dtypes.canonical(spec.dtype))
-    return arr
+    and workspace poisoned first (tests/device_runs.py)."""
+    return run_genome(backend, FAMILY, genome, case, dev, module)
 
 
 def _twin_outputs(tmp_path, cp, genome, twin, cases, seed):
     """Both genomes compiled and run on the same fresh inputs of every case (distributions
     alternating, RandomState(seed + i)); yields (case, output name, genome's raw output, its float64,
     twin's float64, differing elements, relative RMS of the difference): what every twin test judges."""
-    from fitness.compile import Compiler
     from fitness.cuda_backend import CupyBackend
 
     backend = CupyBackend()
-    modules = {}
-    for g in (genome, twin):
-        res = Compiler(tmp_path / "compile").compile(FAMILY.render(g), FAMILY.compile_flags(g))
-        assert res.ok, res.log[-2000:]
-        modules[g.key] = backend.load(res.cubin())
+    modules = load_modules(backend, FAMILY, (genome, twin), tmp_path / "compile")
     for i, case in enumerate(cases):
         dev = FAMILY.make_inputs(case, cp.random.RandomState(seed + i), FAMILY.distributions[i % 2], xp=cp)
         a = _run_genome(backend, genome, case, dev, modules[genome.key])

@@ -187,13 +187,11 @@ def test_exact_twins_write_their_run_time_twins_outputs_and_pass_the_judge_bf16(
     _gpu_or_skip()
     import cupy as cp  # noqa: PLC0415
 
-    from fitness import dtypes  # noqa: PLC0415
-    from fitness.compile import Compiler  # noqa: PLC0415
     from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
-    from fitness.device import as_launches, resolve_args  # noqa: PLC0415
+    from fitness.device import as_launches  # noqa: PLC0415
+    from tests.device_runs import load_modules, run_genome  # noqa: PLC0415
 
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
-    fam = sys.modules["_kernels_rmsnorm_bwd_family"]
     space, _ = _seeds("rmsnorm_bwd_v5.json")
     wanted = ("1d61564c", "d30696bb", "f2e848af", "faac39b3", "c82157f8", "de956fb0", "d8182490")
     found = {}
@@ -208,25 +206,11 @@ def test_exact_twins_write_their_run_time_twins_outputs_and_pass_the_judge_bf16(
     backend = CupyBackend()
 
     def run(genome, case, dev, module):
-        _, outs = family.io(case)
-        bufs = {}
-        for n, spec in {**outs, **family.workspace(case)}.items():
-            bufs[n] = cp.empty(spec.shape, dtype=dtypes.storage_dtype(spec.dtype))
-            dtypes.poison(bufs[n], dtypes.canonical(spec.dtype))
-        for one in as_launches(family.launch(genome, case)):
-            kernel = backend.get_kernel(module, one.kernel)
-            backend.prepare_kernel(kernel, one)
-            backend.launch(kernel, one, resolve_args(one, {**dev, **bufs}))
-        backend.synchronize(60.0)
-        return {n: bufs[n].get() for n in outs}
+        return run_genome(backend, family, genome, case, dev, module)
 
     ran = 0
     for exact, plain in pairs:
-        modules = {}
-        for g in (exact, plain):
-            res = Compiler(tmp_path / "compile").compile(family.render(g), family.compile_flags(g))
-            assert res.ok, res.log[-2000:]
-            modules[g.key] = backend.load(res.cubin())
+        modules = load_modules(backend, family, (exact, plain), tmp_path / "compile")
         for i, case in enumerate(cases):
             la = family.launch(exact, case)
             if la is None or not any("_x" in one.kernel for one in as_launches(la)):

@@ -209,3 +209,14 @@ def test_exact_twins_compile_clean_and_shed_a_third_of_the_instructions(tmp_path
         plain = _function_instructions(res.sass, "rmsnorm_bwd_bf16_c8")
         print(key, "instructions: exact", exact, "run-time", plain)
         assert exact <= 0.6 * plain, (key, exact, plain)
+
+
+def test_exact_check_cases_divide_among_every_genomes_rows():
+    """CHECK's evenly dividing cases (operation.EXACT_CHECKS) run the exact entry of any exact genome
+    whose shape is rendered: their row counts divide every rows-per-CTA of 1000 sampled genomes."""
+    op = sys.modules[type(FAMILY).__mro__[1].__module__]
+    for g in SPACE.sample_distinct(1000, seed=3):
+        for m, n, _ in op.EXACT_CHECKS:
+            for dt in ("bf16", "fp16", "fp32"):
+                geo = FAM.geometry(g, FAM.EXACT_REF_ROWS, n, dt)
+                assert geo is None or m % geo.rows == 0, (g.key, m, n, dt, geo.rows)

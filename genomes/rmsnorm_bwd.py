@@ -547,8 +547,9 @@ PASS2_DATA = Choice("pass2_data", options=("reread", "regs"), group="pipeline", 
 
 
 def held_registers_v9(v: Mapping[str, Any]) -> int:
-    """v7's floor, plus pass 1's words of x and dy with pass2_data = regs."""
-    extra = 2 * (v["vec_bytes"] // 4) * v["chunks"] if v.get("pass2_data", "reread") == "regs" else 0
+    """v7's floor, plus pass 1's words of x and dy with pass2_data = regs (or v11's regs_exact, whose exact
+    entries hold them)."""
+    extra = 2 * (v["vec_bytes"] // 4) * v["chunks"] if v.get("pass2_data", "reread") != "reread" else 0
     return held_registers(v) + extra
 
 
@@ -559,11 +560,11 @@ REGISTERS_FIT_V9 = require("registers_fit", REGISTERS_FIT_V7.genes + ("pass2_dat
                            "register budget; ptxas decides the rest")
 V9_CONSTRAINTS = (
     implies("held_pass2_needs_staged_row", ("pass2_data", "staging"),
-            lambda v: v["pass2_data"] == "regs", lambda v: v["staging"] in ("smem_async", "l2"),
+            lambda v: v["pass2_data"] != "reread", lambda v: v["staging"] in ("smem_async", "l2"),
             "pass2_data = regs keeps what pass 1 read from the staging slots or L2; register staging holds the row "
             "already (no duplicate genomes): staging = smem_async | l2"),
     implies("held_pass2_needs_unrolled_loops", ("pass2_data", "vector_loop"),
-            lambda v: v["pass2_data"] == "regs", lambda v: v["vector_loop"] == "unrolled",
+            lambda v: v["pass2_data"] != "reread", lambda v: v["vector_loop"] == "unrolled",
             "pass2_data = regs indexes registers by the vector: vector_loop = unrolled"),
 )
 #: and how a warp waits for the async exchange's row sums: poll (v4-v8: a C++ loop around
@@ -601,10 +602,57 @@ SPECIALIZE = Choice("specialize", options=("none", "exact"), group="geometry", l
 SPACE_V10 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V9.genes + (SPECIALIZE,),
                       constraints=SPACE_V9.constraints)
 
+#: space v11 (session 24): v10's exact entries carried further, and the kernels of a call overlapped.
+#:  - specialize = exact_width: v10's exact entries fix threads per row and rows per CTA, and with them the row
+#:    width (N = cluster x chunks x threads per row x elements a vector), yet read N from a parameter: every
+#:    row offset was a run-time multiply and 1/N a live register. exact_width entries take N as a constant (a
+#:    launch with another N traps): row strides, 1/N and the dw row offsets fold, about 8 % fewer instructions
+#:    an entry. And clustered CTAs of several rows, which v10 leaves to the run-time entry because ptxas
+#:    spilled 8 bytes (inv_n) in them at the cap of 128 in every pass2_data = regs genome compiled, compile
+#:    clean folded (d8182490's at 16K and 32K: 0 bytes): with exact_width they are exact entries too.
+#:  - pass2_data = regs_exact: regs (v9) holds pass 1's words in every entry, and at the cap of 128 ptxas
+#:    spills 12-36 bytes in the run-time cluster entries of 4 of the table's 10 staged genomes with it
+#:    (d8182490's fp16 cluster entry, the genome at 0.89 of the roofline at 32K-64K in bf16; aeaa327f's) while
+#:    their exact entries compile clean, and one spilling entry fails the whole genome. regs_exact holds the
+#:    row in the exact entries only; the run-time entries (widths that do not divide evenly) read it again,
+#:    as reread does.
+#:  - launch_overlap = pdl: a call is two or three kernels in stream order (the dw zeroing or the schedule's
+#:    counter first, or the dw reduction after), and each waits for the last to drain before its CTAs start:
+#:    one launch gap per kernel, most of what a 20 us call at 256 columns loses to the one-kernel roofline.
+#:    With pdl every kernel of a call executes griddepcontrol.launch_dependents first and each later one is
+#:    launched with Launch.overlap (programmatic dependent launch), executing griddepcontrol.wait before it
+#:    touches what the one before writes (the reduction before reading the partial rows, the main kernel
+#:    before the schedule's counter and before its dw atomics).
+#: All three keep the arithmetic and its order (outputs bit for bit those of the v10 twin). The new values'
+#: template code sits in regions keyed on them (//@exact_width, //@held_exact, //@launch_overlap), so every v10
+#: genome keeps its key and renders byte for byte as before.
+SPECIALIZE_V11 = Choice("specialize", options=("none", "exact", "exact_width"), group="geometry", legacy="none",
+                        doc="none: threads per row and rows per CTA read at run time, every vector and row guarded | "
+                            "exact: besides those entries, ones with both fixed at compile time and no guards, "
+                            "launched wherever the case's rows divide evenly among the threads (v10) | exact_width: "
+                            "exact entries with the row width compiled in too, clustered CTAs of several rows "
+                            "included (v11)")
+PASS2_DATA_V11 = Choice("pass2_data", options=("reread", "regs", "regs_exact"), group="pipeline", legacy="reread",
+                        doc=PASS2_DATA.doc + " | regs_exact (regs in the exact entries, reread in the run-time ones; "
+                            "v11: needs specialize exact or exact_width)")
+LAUNCH_OVERLAP = Choice("launch_overlap", options=("none", "pdl"), group="pipeline", legacy="none",
+                        doc="none: the kernels of a call in plain stream order | pdl: each later kernel launched "
+                            "to overlap the one before (programmatic dependent launch), waiting with "
+                            "griddepcontrol.wait only before what that one writes (v11)")
+V11_CONSTRAINTS = (
+    implies("held_exact_needs_exact_entries", ("pass2_data", "specialize"),
+            lambda v: v["pass2_data"] == "regs_exact", lambda v: v["specialize"] != "none",
+            "pass2_data = regs_exact holds the row in the exact entries: specialize = exact | exact_width"),
+)
+SPACE_V11 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc,
+                      genes=tuple({"specialize": SPECIALIZE_V11, "pass2_data": PASS2_DATA_V11}.get(g.name, g)
+                                  for g in SPACE_V10.genes) + (LAUNCH_OVERLAP,),
+                      constraints=SPACE_V10.constraints + V11_CONSTRAINTS)
+
 #: every version of the space, and the latest (what a new run uses)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
-          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10}
-SPACE = SPACE_V10
+          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10, "v11": SPACE_V11}
+SPACE = SPACE_V11
 
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread

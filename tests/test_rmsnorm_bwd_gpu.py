@@ -229,3 +229,56 @@ def test_exact_twins_write_their_run_time_twins_outputs_and_pass_the_judge_bf16(
     assert ran >= 3 * len(pairs), ran
     genomes = [e for e, _ in pairs]
     _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")
+
+
+def test_v11_twins_write_their_v10_twins_outputs_and_pass_the_judge_bf16(tmp_path):
+    """Space v11: specialize = exact_width (the row width compiled into the exact entries, exact entries
+    for clustered CTAs of several rows), launch_overlap = pdl (the kernels of a call overlapped,
+    griddepcontrol.wait before what the kernel before writes) and pass2_data = regs_exact (the row held in
+    the exact entries only). All
+    keep the arithmetic and its order, so each v11 twin of
+    the table's genomes (static atomic, dynamic and static clustered, L2 staging) and of the held-row
+    d8182490 writes its v10 exact twin's dx (and dw where that is deterministic) bit for bit on every
+    bf16 case of at most 2^30 elements, launched with the overlap the judge uses; then the whole judge
+    passes them. A pdl kernel reading before its griddepcontrol.wait would read the poison or a stale
+    counter on some launches and differ or fail here."""
+    _gpu_or_skip()
+    import cupy as cp  # noqa: PLC0415
+
+    from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
+    from tests.device_runs import load_modules, run_genome  # noqa: PLC0415
+    from tests.test_rmsnorm_bwd_v11 import _v10  # noqa: PLC0415
+
+    family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
+    from genomes.rmsnorm_bwd import SPACE as space  # noqa: PLC0415
+    pairs = []
+    for key in ("36876bd7", "a1066ee2", "5590745a", "aeaa327f", "69ec6ae8", "ab693401", "d8182490"):
+        base = _v10(key)
+        pairs.append((space.make(dict(base, specialize="exact_width", launch_overlap="pdl")), base))
+        if key in ("36876bd7", "5590745a"):
+            pairs.append((space.make(dict(base, launch_overlap="pdl")), base))
+        if key in ("aeaa327f", "69ec6ae8"):         # the row held in the exact entries only (regs_exact)
+            pairs.append((space.make(dict(base, specialize="exact_width", launch_overlap="pdl",
+                                          pass2_data="regs_exact")), base))
+    cases = [c for c in family.benchmark_cases("quack:bf16") + family.check_cases() if c.params["M"] * c.params["N"] <= 2**30]
+    backend = CupyBackend()
+    ran = 0
+    for twin, base in pairs:
+        modules = load_modules(backend, family, (twin, base), tmp_path / "compile")
+        for i, case in enumerate(cases):
+            if family.launch(twin, case) is None:
+                continue
+            dev = family.make_inputs(case, cp.random.RandomState(900 + i), family.distributions[i % 2], xp=cp)
+            a = run_genome(backend, family, twin, case, dev, modules[twin.key])
+            b = run_genome(backend, family, base, case, dev, modules[base.key])
+            for name, x in a.items():
+                if name == "dw" and (base["dw_reduce"] == "atomic" or base["row_schedule"] == "dynamic"):
+                    continue        # which CTA sums which rows varies launch to launch (see the exact twins' test)
+                bits = f"u{x.itemsize}"
+                differ = int((x.view(bits) != b[name].view(bits)).sum())
+                print(twin.key[:8], case.id, name, "differing elements", differ, "of", x.size)
+                assert differ == 0, (base.key[:8], twin.key[:8], case.id, name, differ)
+            ran += 1
+    assert ran >= 5 * len(pairs), ran
+    genomes = [t for t, _ in pairs]
+    _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")

@@ -218,28 +218,55 @@ def exact_fit(genome: Mapping[str, Any], geo: Geometry, M: int) -> bool:
     """Whether an exact entry may run this launch (specialize = exact): every vector of every CTA's
     slice exists (V == cluster x chunks x threads per row: no ownership guard) and every row of every
     row group does (M a multiple of the rows per CTA: no row guard)."""
-    return (genome.get("specialize", "none") == "exact" and M % geo.rows == 0
+    return (genome.get("specialize", "none") != "none" and M % geo.rows == 0
             and geo.vectors == geo.cluster * genome["chunks"] * geo.tpr)
 
 
 def exact_shapes(genome: Mapping[str, Any], dtype: str) -> list[tuple[int, int, int]]:
     """(cluster, threads per row, rows per CTA) of the exact entries a specialize = exact genome renders
     for x dtype `dtype`: the launch shapes of the EXACT_WIDTHS that fit exactly; [] otherwise."""
-    if genome.get("specialize", "none") != "exact":
+    if genome.get("specialize", "none") == "none":
         return []
     shapes = set()
     for n in EXACT_WIDTHS:
         geo = geometry(genome, EXACT_REF_ROWS, n, dtype)
         # a clustered CTA holding several rows (a row barely longer than one CTA covers) stays on the
-        # run-time entry: at the cap of 128 registers ptxas spilled 12-36 bytes in such exact entries of
-        # 4 of the 4 pass2_data = regs genomes compiled (session 23), and a spill fails the whole genome
-        if geo is not None and exact_fit(genome, geo, EXACT_REF_ROWS) and (geo.cluster == 1 or geo.rows == 1):
+        # run-time entry unless the width is compiled in too (exact_width, v11): at the cap of 128 registers
+        # ptxas spilled 8-36 bytes in such exact entries of 4 of the 4 pass2_data = regs genomes compiled
+        # (session 23), and a spill fails the whole genome; with N a constant they compile clean
+        several = geo is not None and geo.cluster > 1 and geo.rows > 1
+        if geo is not None and exact_fit(genome, geo, EXACT_REF_ROWS) and (not several or folds_width(genome)):
             shapes.add((geo.cluster, geo.tpr, geo.rows))
     return sorted(shapes)
 
 
+def folds_width(genome: Mapping[str, Any]) -> bool:
+    """Whether the exact entries have the row width compiled in (specialize = exact_width, space v11)."""
+    return genome.get("specialize", "none") == "exact_width"
+
+
+def exact_width(genome: Mapping[str, Any], dtype: str, cluster: int, tpr: int) -> int:
+    """The row width an exact shape covers: every vector of every CTA's slice exists, so N = cluster x
+    chunks x threads per row x elements a vector."""
+    return cluster * genome["chunks"] * tpr * (genome["vec_bytes"] // dtypes.itemsize(dtype))
+
+
+def overlaps(genome: Mapping[str, Any]) -> bool:
+    """Whether a call's later kernels are launched to overlap the one before (launch_overlap = pdl, v11)."""
+    return genome.get("launch_overlap", "none") == "pdl"
+
+
 def exact_entry_name(x_dtype: str, cluster: int, tpr: int, rows: int) -> str:
     return f"{entry_name(x_dtype, cluster)}_x{tpr}r{rows}"
+
+
+def regions(genome: Mapping[str, Any]) -> dict[str, bool]:
+    """The template's regions for a genome (region -> whether its "legacy" part is the one rendered): one per
+    gene with a legacy value, and (v11) two keyed on a single new value of a gene whose other non-legacy
+    value was judged before it: exact_width (specialize = exact_width, beside v10's exact) and held_exact
+    (pass2_data = regs_exact, beside v9's regs), so a v10 exact or v9 regs genome renders as it did."""
+    return {**at_legacy(SPACE, genome), "exact_width": genome.get("specialize", "none") != "exact_width",
+            "held_exact": genome.get("pass2_data", "reread") != "regs_exact"}
 
 
 def defines(genome: Mapping[str, Any]) -> dict[str, str]:
@@ -277,7 +304,7 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         out["BWD_XCHG_ASYNC"] = "1"
     if g.get("dw_update", "pass2") == "shadow":
         out["BWD_DW_SHADOW"] = "1"
-    if g.get("pass2_data", "reread") == "regs":
+    if g.get("pass2_data", "reread") != "reread":         # regs, or (v11) regs_exact
         out["BWD_P2_REGS"] = "1"
     return out
 
@@ -301,15 +328,29 @@ class RMSNormBwdFamily(op.RMSNormBwdOperation):
                 entries.append(f"BWD_ENTRY({entry_name(xd, c)}, {_CTYPE[xd]}, {c}, {attr})")
             for c, tpr, rows in exact_shapes(g, xd):
                 attr = "" if c == 1 else f"__cluster_dims__({c}, 1, 1)"
-                entries.append(f"BWD_ENTRY_X({exact_entry_name(xd, c, tpr, rows)}, {_CTYPE[xd]}, {c}, {attr}, "
-                               f"{tpr}, {rows})")
-        body = select_regions(TEMPLATE.read_text(), at_legacy(SPACE, g), where=TEMPLATE.name)
+                if folds_width(g):
+                    entries.append(f"BWD_ENTRY_XN({exact_entry_name(xd, c, tpr, rows)}, {_CTYPE[xd]}, {c}, {attr}, "
+                                   f"{tpr}, {rows}, {exact_width(g, xd, c, tpr)})")
+                else:
+                    entries.append(f"BWD_ENTRY_X({exact_entry_name(xd, c, tpr, rows)}, {_CTYPE[xd]}, {c}, {attr}, "
+                                   f"{tpr}, {rows})")
+        body = select_regions(TEMPLATE.read_text(), regions(g), where=TEMPLATE.name)
         return "\n".join(head) + "\n\n" + body + "\n" + "\n".join(entries) + "\n"
 
     def geometry(self, genome: Mapping[str, Any], case: Case) -> Geometry | None:
         return geometry(genome, int(case.params["M"]), int(case.params["N"]), dtypes.canonical(case.params["dtype"]))
 
     def launch(self, genome: Genome, case: Case) -> Sequence[Launch] | None:
+        """The call's kernels in order: (the schedule's counter and dw zeroed, or dw zeroed,) the main
+        kernel, (the dw reduction); with launch_overlap = pdl each after the first overlaps the one
+        before (Launch.overlap), which the template's griddepcontrol.wait makes safe."""
+        seq = self._launches(genome, case)
+        if seq is None or not overlaps(genome):
+            return seq
+        return [seq[0]] + [Launch(kernel=la.kernel, grid=la.grid, block=la.block, args=la.args,
+                                  shared_bytes=la.shared_bytes, cluster=la.cluster, overlap=True) for la in seq[1:]]
+
+    def _launches(self, genome: Genome, case: Case) -> list[Launch] | None:
         dt = dtypes.canonical(case.params["dtype"])
         if dt not in self.dtypes:
             raise ValueError(f"this family instance renders entries for {self.dtypes}; case needs {dt}")
@@ -392,6 +433,9 @@ def promises(genome: Mapping[str, Any]) -> dict[str, Sequence[str]]:
         out["dw_shared"] = ["STS.128", "STS.64"]
     if g["rstd_mode"] == "recompute":
         out["rsqrt"] = ["MUFU.RSQ"]
+    if overlaps(g):
+        out["dependent_launch"] = ["PREEXIT"]       # griddepcontrol.launch_dependents
+        out["dependent_wait"] = ["ACQBULK"]         # griddepcontrol.wait
     return out
 
 
@@ -413,7 +457,8 @@ def export_launch_source() -> str:
     return launch_module_source(
         "Launch path of the exported RMSNorm backward kernels, generated by `evo export` from the\n"
         "factory's kernels/rmsnorm_bwd/ (standard library only).",
-        {"launch": RMSNormBwdFamily.launch, "geometry": RMSNormBwdFamily.geometry,
+        {"launch": RMSNormBwdFamily.launch, "_launches": RMSNormBwdFamily._launches,
+         "geometry": RMSNormBwdFamily.geometry,
          "main_args": op.RMSNormBwdOperation.main_args, "workspace": op.RMSNormBwdOperation.workspace},
         {"dtypes": tuple(fam.dtypes), "eps": fam.eps}, _EXPORT_API)
 

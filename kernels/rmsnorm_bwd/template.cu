@@ -38,6 +38,19 @@
 //@ BWD_P2_REGS (space v9, gene pass2_data = regs; //@pass2_data regions): pass 1 keeps the words
 //@ of x and dy it read from the staging slots (or L2) in registers, and pass 2 (and the shadow)
 //@ use them: the row is read once from shared memory (L2) a visit instead of twice
+//@ specialize = exact_width (space v11; //@exact_width regions, keyed on that value): BWD_ENTRY_XN, an
+//@ exact entry with the row width a compile-time constant too (the shape fixes it: N = C x chunks x XT x
+//@ elements a vector)
+//@ pass2_data = regs_exact (space v11; //@held_exact region, keyed on that value, inside //@pass2_data):
+//@ only the exact entries hold pass 1's words for pass 2; the run-time entries read the row again
+//@ launch_overlap = pdl (space v11; //@launch_overlap regions): programmatic dependent launch inside a
+//@ call. Every kernel executes griddepcontrol.launch_dependents first; family.launch launches each later
+//@ kernel with Launch.overlap, and it executes griddepcontrol.wait (it returns once the kernel before has
+//@ completed and its memory is visible; at once when the launch was not overlapped) before it touches
+//@ what that kernel writes: bwd_dw_reduce before the partial rows, the main kernel before the row
+//@ schedule's counter (bwd_sched_init zeroes it) and before its dw atomics (bwd_dw_zero, bwd_sched_init).
+//@ Deadlock-free: no kernel waits on a later one, and a waiting CTA holds only room that no unstarted CTA
+//@ of the kernel before needs (the later kernel is scheduled once every CTA of that one has started).
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 
@@ -303,6 +316,13 @@ __device__ __forceinline__ void st_cluster_s32(const int* local_addr, unsigned r
   asm volatile("st.shared::cluster.s32 [%0], %1;" :: "r"(ra), "r"(v) : "memory");
 }
 
+//@launch_overlap new
+// space v11 (launch_overlap = pdl): the next kernel of the call may be scheduled from now on
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// the kernel before has completed and its writes are visible (at once when not launched overlapped)
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+//@launch_overlap end
 // the next row groups of a dynamically scheduled cluster: one atom.global.add per fetch, by one
 // thread of rank 0 (the result travels to the other CTAs with the row sums)
 __device__ __forceinline__ int fetch_groups(int* ctr, int n) {
@@ -547,6 +567,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
                                          const T* __restrict__ dy, const float* __restrict__ rstd,
                                          T* __restrict__ dx, float* __restrict__ dw, float* __restrict__ dw_part,
                                          int M, int N, float eps) {
+//@launch_overlap new
+  pdl_trigger();                                 // (v11) the dw reduction may be scheduled now
+//@launch_overlap end
   constexpr int EPW = Tr<T>::EPW;
   constexpr int E = BWD_NW * EPW;               // elements per vector
   constexpr int K = BWD_CHUNKS;
@@ -650,6 +673,23 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #define BWD_HELD(j)                                                                               \
   uint32_t xv[BWD_NW], dv[BWD_NW];                                                                \
   _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) { xv[q] = xk[j][q]; dv[q] = dk[j][q]; }
+//@held_exact new
+  // space v11 (pass2_data = regs_exact): only an exact entry (XT > 0) holds the row; a run-time entry
+  // (rows that do not divide evenly) reads it again as pass2_data = reread does, so its registers stay
+  // the reread twin's: ptxas spills the run-time cluster entries of several held-row genomes at the cap
+  // of 128 where their exact entries fit (pass 1's copies into xk, dk are dead there and vanish)
+#undef BWD_HELD
+#define BWD_HELD(j)                                                                               \
+  uint32_t xh_[BWD_NW], dh_[BWD_NW];                                                              \
+  if constexpr (XT > 0) {                                                                         \
+    _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) { xh_[q] = xk[j][q]; dh_[q] = dk[j][q]; }  \
+  } else {                                                                                        \
+    BWD_FETCH(j)                                                                                  \
+    _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) { xh_[q] = xv[q]; dh_[q] = dv[q]; }        \
+  }                                                                                               \
+  uint32_t(&xv)[BWD_NW] = xh_;                                                                    \
+  uint32_t(&dv)[BWD_NW] = dh_;
+//@held_exact end
 //@pass2_data end
   // The row groups this CTA (cluster) visits, as a queue: gq[0] is the group being computed,
   // gq[q] the one q visits later, rq[q] its rstd (rstd_mode load); the loads of gq[S - 1] are
@@ -687,6 +727,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   if (dyn) {
     cluster_sync();                              // every CTA of the cluster is running
     if (rank == 0 && tx == 0 && ty == 0) {
+//@launch_overlap new
+      pdl_wait();                                // (v11) bwd_sched_init has zeroed the counter
+//@launch_overlap end
       const int b = fetch_groups(BWD_CTR, S);
       for (int dst = 0; dst < C; ++dst)
 #pragma unroll
@@ -1037,6 +1080,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #undef BWD_CTR
 
   // the CTA's dw row: rows of the CTA combined through shared memory (R > 1), one chunk at a time
+//@launch_overlap new
+#if BWD_DW_ATOMIC
+  pdl_wait();                                    // (v11) dw has been zeroed by the kernel before
+#endif
+//@launch_overlap end
 #if !BWD_DW_ATOMIC
   float* prow = dw_part + (size_t)k0 * (size_t)N;
 #endif
@@ -1136,6 +1184,18 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
                                                  float* __restrict__ dw_part, int M, int N, float eps) { \
     bwd_main<T, C, XT, XR>(x, w, dy, rstd, dx, dw, dw_part, M, N, eps);                                \
   }
+//@exact_width new
+// space v11 (specialize = exact_width): an exact entry with the row width XN compiled in as well (the shape fixes it),
+// so row strides, 1/N and the dw row offsets fold into immediates; a launch with another N traps
+#define BWD_ENTRY_XN(NAME, T, C, ATTR, XT, XR, XN)                                                     \
+  extern "C" __global__ void BWD_BOUNDS ATTR NAME(const T* __restrict__ x, const float* __restrict__ w,  \
+                                                 const T* __restrict__ dy, const float* __restrict__ rstd, \
+                                                 T* __restrict__ dx, float* __restrict__ dw,           \
+                                                 float* __restrict__ dw_part, int M, int N, float eps) { \
+    if (N != XN) __trap();                                                                             \
+    bwd_main<T, C, XT, XR>(x, w, dy, rstd, dx, dw, dw_part, M, XN, eps);                               \
+  }
+//@exact_width end
 //@specialize end
 
 // ---------------------------------------------------------------------------------------------
@@ -1144,6 +1204,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 extern "C" __global__ void __launch_bounds__(1024) bwd_dw_reduce(const float* __restrict__ dw_part,
                                                                  float* __restrict__ dw, int parts, int N) {
   __shared__ float4 sm[1024];
+//@launch_overlap new
+  pdl_wait();                                    // (v11) every partial row is written and visible
+//@launch_overlap end
   const int tx = threadIdx.x, ty = threadIdx.y, BX = blockDim.x, BY = blockDim.y;
   const int c4 = blockIdx.x * BX + tx;
   const bool ok = c4 * 4 < N;
@@ -1187,6 +1250,9 @@ extern "C" __global__ void __launch_bounds__(1024) bwd_dw_reduce(const float* __
 
 // dw = 0 before the atomic variant's main kernel (outputs are poisoned before every launch sequence)
 extern "C" __global__ void __launch_bounds__(256) bwd_dw_zero(float* __restrict__ dw, int N) {
+//@launch_overlap new
+  pdl_trigger();                                 // (v11) the main kernel may be scheduled now
+//@launch_overlap end
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) dw[i] = 0.f;
 }
 
@@ -1196,6 +1262,9 @@ extern "C" __global__ void __launch_bounds__(256) bwd_dw_zero(float* __restrict_
 // variant's zeroing, n_dw = 0 otherwise). Workspace and outputs are poisoned before every launch.
 extern "C" __global__ void __launch_bounds__(256) bwd_sched_init(float* __restrict__ dw, int n_dw,
                                                                  float* __restrict__ dw_part, int parts, int N) {
+//@launch_overlap new
+  pdl_trigger();                                 // (v11) the main kernel may be scheduled now
+//@launch_overlap end
   const int i0 = blockIdx.x * blockDim.x + threadIdx.x;
   if (i0 == 0) *reinterpret_cast<int*>(dw_part + (size_t)parts * (size_t)N) = 0;
   for (int i = i0; i < n_dw; i += gridDim.x * blockDim.x) dw[i] = 0.f;

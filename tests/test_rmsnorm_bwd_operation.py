@@ -96,7 +96,8 @@ def test_check_cases_cover_what_the_benchmark_does_not():
 
 def test_exact_check_cases_repeat_each_check_property_at_evenly_dividing_shapes():
     """The exact entries (space v10) run only where rows divide evenly; every property the forward's
-    CHECK cases test at awkward widths is tested again at such a shape, none a benchmark shape."""
+    CHECK cases test at awkward widths is tested again at such a shape, none a benchmark shape, and every
+    benchmark width (each an exact entry of its own since v11's exact_width) has such a case."""
     bench = {(c.params["M"], c.params["N"]) for c in FAMILY.benchmark_cases("all")}
     for d in ("bf16", "fp16", "fp32"):
         even = [c for c in FAMILY.check_cases() if c.params["dtype"] == d and c.params["N"] & (c.params["N"] - 1) == 0
@@ -107,7 +108,9 @@ def test_exact_check_cases_repeat_each_check_property_at_evenly_dividing_shapes(
         assert any(c.params["M"] * c.params["N"] > 2**31 and c.params.get("sample_rows") for c in even)
         assert any(c.params.get("nonfinite") for c in even)
         assert any(c.params.get("x_scale") for c in even) and any(c.params.get("eps") for c in even)
-        assert {262144, 65536, 16384} <= {c.params["N"] for c in even}
+        widths = {c.params["N"] for c in FAMILY.benchmark_cases("all") if c.params["dtype"] == d}
+        exact = {n for _, n, _ in sys.modules[type(FAMILY).__mro__[1].__module__].EXACT_CHECKS}
+        assert widths <= exact, widths - exact
 
 
 def test_io_workspace_and_args():

@@ -33,12 +33,14 @@ def run_genome(backend: Any, family: Any, genome: Any, case: Any, dev: dict[str,
 
 
 def load_modules(backend: Any, family: Any, genomes: Any, cache_dir: Any) -> dict[str, Any]:
-    """Each genome's source compiled (fitness.compile, cached in `cache_dir`) and loaded: module by key."""
+    """Each genome's source compiled (fitness.compile, cached in `cache_dir`, in parallel) and loaded:
+    module by key."""
     from fitness.compile import Compiler  # noqa: PLC0415
 
+    genomes = list(genomes)
+    results = Compiler(cache_dir).compile_many([(family.render(g), list(family.compile_flags(g))) for g in genomes])
     modules = {}
-    for g in genomes:
-        res = Compiler(cache_dir).compile(family.render(g), family.compile_flags(g))
+    for g, res in zip(genomes, results):
         assert res.ok, res.log[-2000:]
         modules[g.key] = backend.load(res.cubin())
     return modules

@@ -252,19 +252,19 @@ def test_v11_twins_write_their_v10_twins_outputs_and_pass_the_judge_bf16(tmp_pat
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
     from genomes.rmsnorm_bwd import SPACE as space  # noqa: PLC0415
     pairs = []
-    for key in ("36876bd7", "a1066ee2", "5590745a", "aeaa327f", "69ec6ae8", "ab693401", "d8182490"):
+    for key in ("36876bd7", "5590745a", "aeaa327f", "69ec6ae8", "ab693401", "d8182490"):
         base = _v10(key)
         pairs.append((space.make(dict(base, specialize="exact_width", launch_overlap="pdl")), base))
-        if key in ("36876bd7", "5590745a"):
+        if key == "36876bd7":                       # pdl alone (static, atomics: the zeroing kernel overlapped)
             pairs.append((space.make(dict(base, launch_overlap="pdl")), base))
         if key in ("aeaa327f", "69ec6ae8"):         # the row held in the exact entries only (regs_exact)
             pairs.append((space.make(dict(base, specialize="exact_width", launch_overlap="pdl",
                                           pass2_data="regs_exact")), base))
     cases = [c for c in family.benchmark_cases("quack:bf16") + family.check_cases() if c.params["M"] * c.params["N"] <= 2**30]
     backend = CupyBackend()
+    modules = load_modules(backend, family, [g for pair in pairs for g in pair], tmp_path / "compile")
     ran = 0
     for twin, base in pairs:
-        modules = load_modules(backend, family, (twin, base), tmp_path / "compile")
         for i, case in enumerate(cases):
             if family.launch(twin, case) is None:
                 continue

@@ -181,7 +181,7 @@ def test_v11_machine_code_orders_the_dependent_launch_and_keeps_the_folded_entri
     bf16 entries (the held row, whose clustered exact entries of several rows spilled 8 bytes unfolded):
     no spill in any entry; PREEXIT before the first global access of every main, zeroing and counter
     kernel; ACQBULK before every dw atomic and every schedule counter atomic of a main kernel and before
-    every load of the reduction; neither in the v10 twins."""
+    every load of the reduction, whose loads are coherent (STRONG.GPU); neither in the v10 twins."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found: install the CUDA toolkit to compile sm_90a cubins")
     from fitness.compile import Compiler  # noqa: PLC0415
@@ -209,6 +209,10 @@ def test_v11_machine_code_orders_the_dependent_launch_and_keeps_the_folded_entri
                     assert waits and waits[0] < touching[0], (key, name)
             if name == "bwd_dw_reduce":
                 assert ops.index("ACQBULK") < _first(ops, ("LDG",)), (key, name)
+                # the partial rows are written while the reduction runs: coherent L2 loads, not the
+                # non-coherent read-only path (LDG...CONSTANT) the legacy reduction uses
+                loads = [op for op in ops if op.startswith("LDG")]
+                assert loads and all(op.endswith(".STRONG.GPU") for op in loads), (key, loads)
         plain = Compiler(tmp_path / "cache").compile(family.render(base), family.compile_flags(base))
         assert plain.ok and not any(op in ("PREEXIT", "ACQBULK") for ops in _functions(plain.sass).values() for op in ops)
 

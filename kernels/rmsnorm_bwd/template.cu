@@ -49,6 +49,8 @@
 //@ completed and its memory is visible; at once when the launch was not overlapped) before it touches
 //@ what that kernel writes: bwd_dw_reduce before the partial rows, the main kernel before the row
 //@ schedule's counter (bwd_sched_init zeroes it) and before its dw atomics (bwd_dw_zero, bwd_sched_init).
+//@ bwd_dw_reduce then reads the partial rows with ld.global.cg (L2, coherent), not ld.global.nc: the
+//@ non-coherent path is for data read-only during the kernel's lifetime, which an overlapped launch breaks.
 //@ Deadlock-free: no kernel waits on a later one, and a waiting CTA holds only room that no unstarted CTA
 //@ of the kernel before needs (the later kernel is scheduled once every CTA of that one has started).
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
@@ -1205,7 +1207,9 @@ extern "C" __global__ void __launch_bounds__(1024) bwd_dw_reduce(const float* __
                                                                  float* __restrict__ dw, int parts, int N) {
   __shared__ float4 sm[1024];
 //@launch_overlap new
-  pdl_wait();                                    // (v11) every partial row is written and visible
+  // (v11) every partial row is written and visible once this returns; they are read with ld.global.cg
+  // (L2 only), not the non-coherent .nc path, since the main kernel wrote them during this kernel's lifetime
+  pdl_wait();
 //@launch_overlap end
   const int tx = threadIdx.x, ty = threadIdx.y, BX = blockDim.x, BY = blockDim.y;
   const int c4 = blockIdx.x * BX + tx;
@@ -1216,16 +1220,28 @@ extern "C" __global__ void __launch_bounds__(1024) bwd_dw_reduce(const float* __
     int r = ty;
     for (; r + BY < parts; r += 2 * BY) {
       float4 u, v;
+//@launch_overlap legacy
       asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];"
+//@launch_overlap new
+      asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];"   /* (v11) L2: written while this ran */
+//@launch_overlap end
                    : "=f"(u.x), "=f"(u.y), "=f"(u.z), "=f"(u.w) : "l"(p + (size_t)r * N));
+//@launch_overlap legacy
       asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];"
+//@launch_overlap new
+      asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];"   /* (v11) L2: written while this ran */
+//@launch_overlap end
                    : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p + (size_t)(r + BY) * N));
       a.x += u.x; a.y += u.y; a.z += u.z; a.w += u.w;
       b.x += v.x; b.y += v.y; b.z += v.z; b.w += v.w;
     }
     if (r < parts) {
       float4 u;
+//@launch_overlap legacy
       asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];"
+//@launch_overlap new
+      asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];"   /* (v11) L2: written while this ran */
+//@launch_overlap end
                    : "=f"(u.x), "=f"(u.y), "=f"(u.z), "=f"(u.w) : "l"(p + (size_t)r * N));
       a.x += u.x; a.y += u.y; a.z += u.z; a.w += u.w;
     }

@@ -72,20 +72,39 @@ def test_v10_only_adds_specialize_and_v9_genomes_keep_their_keys():
 def test_v9_genomes_render_the_source_they_were_judged_with(tmp_path, monkeypatch):
     """The template before v10 (git show BEFORE_V10:...) renders every sampled v9 genome to the very text
     v10 renders it to: the //@specialize regions add nothing at specialize = none."""
-    if shutil.which("git") is None:
-        pytest.skip("git not found")
-    old = subprocess.run(["git", "show", f"{BEFORE_V10}:kernels/rmsnorm_bwd/template.cu"], cwd=REPO,
-                         capture_output=True, text=True)
-    if old.returncode != 0:
-        pytest.skip(f"commit {BEFORE_V10} not in this clone ({old.stderr.strip()[:100]})")
     genomes = [SPACE.make(dict(g)) for g in SPACES["v9"].sample_distinct(60, seed=5)]
     genomes += [SPACE.make(_named(k)) for k in ("1d61564c", "d8182490", "d30696bb", "f2e848af", "faac39b3")]
+    assert_rendered_as_at(BEFORE_V10, genomes, tmp_path, monkeypatch)
+
+
+def assert_rendered_as_at(commit: str, genomes, tmp_path, monkeypatch) -> None:
+    """Each genome renders today to the very text the template of `commit` renders it to (the family's
+    render code today, the template then); skips where git or the commit is missing."""
+    if shutil.which("git") is None:
+        pytest.skip("git not found")
+    old = subprocess.run(["git", "show", f"{commit}:kernels/rmsnorm_bwd/template.cu"], cwd=REPO,
+                         capture_output=True, text=True)
+    if old.returncode != 0:
+        pytest.skip(f"commit {commit} not in this clone ({old.stderr.strip()[:100]})")
     now = [FAMILY.render(g) for g in genomes]
     path = tmp_path / "template.cu"
     path.write_text(old.stdout)
     monkeypatch.setattr(FAM, "TEMPLATE", path)
     for g, text in zip(genomes, now):
         assert FAMILY.render(g) == text, g.key
+
+
+def twin_launches(genome, twin):
+    """(case, genome's launches, twin's launches) for every benchmark and CHECK case either can run: both
+    launch or neither does, and as many kernels."""
+    for case in _cases():
+        got, want = FAMILY.launch(genome, case), FAMILY.launch(twin, case)
+        if want is None:
+            assert got is None, case.id
+            continue
+        got, want = as_launches(got), as_launches(want)
+        assert len(got) == len(want), case.id
+        yield case, got, want
 
 
 def test_exact_widths_cover_every_benchmark_width():
@@ -104,13 +123,7 @@ def test_exact_entries_are_rendered_and_launched_exactly_where_rows_divide(key):
     src = FAMILY.render(g)
     rendered = set(re.findall(r"BWD_ENTRY(?:_X)?\((\w+),", src))
     exact_seen = plain_seen = 0
-    for case in _cases():
-        got, want = FAMILY.launch(g, case), FAMILY.launch(base, case)
-        if want is None:
-            assert got is None
-            continue
-        got, want = as_launches(got), as_launches(want)
-        assert len(got) == len(want)
+    for case, got, want in twin_launches(g, base):
         for a, b in zip(got, want):
             assert (a.grid, a.block, a.shared_bytes, a.cluster, a.args) == (b.grid, b.block, b.shared_bytes, b.cluster, b.args)
             if a.kernel == b.kernel:
@@ -180,11 +193,19 @@ def packaged_kernels_match(genome) -> set[str]:
 
 
 # -- nvcc ----------------------------------------------------------------------------------------------
-def _compile(tmp: Path, genome) -> tuple[object, str]:
+def compiled_clean(tmp: Path, genome, family=FAMILY):
+    """`genome` compiled by the judge's compiler (cache under `tmp`): it compiles and no entry spills; skips
+    where there is no nvcc, or no cuobjdump for its SASS."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found: install the CUDA toolkit to compile sm_90a cubins")
     from fitness.compile import Compiler  # noqa: PLC0415
-    res = Compiler(tmp / "cache").compile(FAMILY.render(genome), FAMILY.compile_flags(genome))
+    res = Compiler(tmp / "cache").compile(family.render(genome), family.compile_flags(genome))
     assert res.ok, res.log[-2000:]
-    return res, res.sass
+    spills = {k: r.spill_bytes for k, r in res.resources.items() if r.spill_bytes}
+    assert not spills, (genome.key[:8], spills)
+    if not res.sass:
+        pytest.skip("no cuobjdump: SASS not available")
+    return res
 
 
 def _function_instructions(sass: str, name: str) -> int:
@@ -199,18 +220,9 @@ def test_exact_twins_compile_clean_and_shed_a_third_of_the_instructions(tmp_path
     bf16 only: its run-time fp16 cluster entry spills, session 22): no spill in any entry; the clustered
     exact entry at 64K (8 CTAs of 256 threads, one row each) holds at most 60 % of the run-time
     entry's instructions (session 23: 1040 against 2760 for d8182490)."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not found: install the CUDA toolkit to compile sm_90a cubins")
     bf16 = type(FAMILY)(dtypes=("bf16",))
     for key, family in (("1d61564c", FAMILY), ("d8182490", bf16)):
-        g = _exact(key)
-        from fitness.compile import Compiler  # noqa: PLC0415
-        res = Compiler(tmp_path / "cache").compile(family.render(g), family.compile_flags(g))
-        assert res.ok, res.log[-2000:]
-        spills = {k: r.spill_bytes for k, r in res.resources.items() if r.spill_bytes}
-        assert not spills, (key, spills)
-        if not res.sass:
-            pytest.skip("no cuobjdump: SASS not available")
+        res = compiled_clean(tmp_path, _exact(key), family)
         exact = _function_instructions(res.sass, "rmsnorm_bwd_bf16_c8_x256r1")
         plain = _function_instructions(res.sass, "rmsnorm_bwd_bf16_c8")
         print(key, "instructions: exact", exact, "run-time", plain)

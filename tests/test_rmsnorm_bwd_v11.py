@@ -22,16 +22,20 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from fitness.device import as_launches
 from fitness.family import load_family
 from genomes.rmsnorm_bwd import SPACE, SPACES
-from tests.test_rmsnorm_bwd_exact import _named, packaged_kernels_match
+from tests.test_rmsnorm_bwd_exact import (
+    _named,
+    assert_rendered_as_at,
+    compiled_clean,
+    packaged_kernels_match,
+    twin_launches,
+)
 
 FAMILY = load_family("rmsnorm_bwd")
 FAM = sys.modules["_kernels_rmsnorm_bwd_family"]
@@ -74,20 +78,9 @@ def test_v11_adds_a_gene_and_two_values_and_v10_genomes_keep_their_keys():
 def test_v10_genomes_render_the_source_they_were_judged_with(tmp_path, monkeypatch):
     """The template of BEFORE_V11 renders every sampled v10 genome (and the table's) to the very text v11
     renders it to: the //@exact_width, //@held_exact and //@launch_overlap regions add nothing to them."""
-    if shutil.which("git") is None:
-        pytest.skip("git not found")
-    old = subprocess.run(["git", "show", f"{BEFORE_V11}:kernels/rmsnorm_bwd/template.cu"], cwd=REPO,
-                         capture_output=True, text=True)
-    if old.returncode != 0:
-        pytest.skip(f"commit {BEFORE_V11} not in this clone ({old.stderr.strip()[:100]})")
     genomes = [SPACE.make(dict(g)) for g in SPACES["v10"].sample_distinct(60, seed=6)]
     genomes += [_v10(k) for k in TABLE] + [_v10("d8182490")]
-    now = [FAMILY.render(g) for g in genomes]
-    path = tmp_path / "template.cu"
-    path.write_text(old.stdout)
-    monkeypatch.setattr(FAM, "TEMPLATE", path)
-    for g, text in zip(genomes, now):
-        assert FAMILY.render(g) == text, g.key
+    assert_rendered_as_at(BEFORE_V11, genomes, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("key", TABLE + ("d8182490", "1d61564c", "eefa2c4e"))
@@ -102,12 +95,8 @@ def test_exact_width_genome_launches_its_exact_twin_with_the_width_compiled_in(k
           for m in re.finditer(r"BWD_ENTRY_XN\((\w+), \w+, (\d+), (?:__cluster_dims__\(\d+, 1, 1\))?, (\d+), (\d+), (\d+)\)", src)}
     assert xn and "BWD_ENTRY_X(" not in src.split("#define BWD_ENTRY_XN")[-1]
     newly = 0
-    for case in _cases():
-        got, want = FAMILY.launch(folded, case), FAMILY.launch(exact, case)
-        if want is None:
-            assert got is None
-            continue
-        for a, b in zip(as_launches(got), as_launches(want), strict=True):
+    for case, got, want in twin_launches(folded, exact):
+        for a, b in zip(got, want):
             assert (a.grid, a.block, a.shared_bytes, a.cluster, a.args, a.overlap) == \
                    (b.grid, b.block, b.shared_bytes, b.cluster, b.args, b.overlap)
             if a.kernel in xn:
@@ -133,12 +122,7 @@ def test_pdl_overlaps_every_kernel_after_the_first_and_changes_nothing_else(key)
     base = _v10(key)
     pdl = SPACE.make(dict(base, launch_overlap="pdl"))
     kinds = set()
-    for case in _cases():
-        got, want = FAMILY.launch(pdl, case), FAMILY.launch(base, case)
-        if want is None:
-            assert got is None
-            continue
-        got, want = as_launches(got), as_launches(want)
+    for _, got, want in twin_launches(pdl, base):
         assert [a.kernel for a in got] == [b.kernel for b in want]
         assert not got[0].overlap and all(a.overlap for a in got[1:])
         assert not any(b.overlap for b in want)
@@ -182,19 +166,10 @@ def test_v11_machine_code_orders_the_dependent_launch_and_keeps_the_folded_entri
     no spill in any entry; PREEXIT before the first global access of every main, zeroing and counter
     kernel; ACQBULK before every dw atomic and every schedule counter atomic of a main kernel and before
     every load of the reduction, whose loads are coherent (STRONG.GPU); neither in the v10 twins."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not found: install the CUDA toolkit to compile sm_90a cubins")
-    from fitness.compile import Compiler  # noqa: PLC0415
     bf16 = type(FAMILY)(dtypes=("bf16",))
     for key, family in (("36876bd7", FAMILY), ("aeaa327f", FAMILY), ("69ec6ae8", FAMILY), ("d8182490", bf16)):
         base = _v10(key)
-        g = SPACE.make(dict(base, specialize="exact_width", launch_overlap="pdl"))
-        res = Compiler(tmp_path / "cache").compile(family.render(g), family.compile_flags(g))
-        assert res.ok, res.log[-2000:]
-        spills = {k: r.spill_bytes for k, r in res.resources.items() if r.spill_bytes}
-        assert not spills, (key, spills)
-        if not res.sass:
-            pytest.skip("no cuobjdump: SASS not available")
+        res = compiled_clean(tmp_path, SPACE.make(dict(base, specialize="exact_width", launch_overlap="pdl")), family)
         fns = _functions(res.sass)
         several = [n for n in fns if re.search(r"_c\d+_x\d+r([2-9]|\d\d)", n)]
         if key in ("aeaa327f", "d8182490"):
@@ -213,8 +188,8 @@ def test_v11_machine_code_orders_the_dependent_launch_and_keeps_the_folded_entri
                 # non-coherent read-only path (LDG...CONSTANT) the legacy reduction uses
                 loads = [op for op in ops if op.startswith("LDG")]
                 assert loads and all(op.endswith(".STRONG.GPU") for op in loads), (key, loads)
-        plain = Compiler(tmp_path / "cache").compile(family.render(base), family.compile_flags(base))
-        assert plain.ok and not any(op in ("PREEXIT", "ACQBULK") for ops in _functions(plain.sass).values() for op in ops)
+        plain = compiled_clean(tmp_path, base, family)
+        assert not any(op in ("PREEXIT", "ACQBULK") for ops in _functions(plain.sass).values() for op in ops)
 
 
 @pytest.mark.slow
@@ -225,7 +200,7 @@ def test_regs_exact_holds_the_row_in_the_exact_entries_only(tmp_path):
     nothing again) and every run-time entry the reread twin's."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found: install the CUDA toolkit to compile sm_90a cubins")
-    from fitness.compile import Compiler  # noqa: PLC0415
+    from fitness.compile import Compiler  # noqa: PLC0415 - the held twin spills: compiled_clean would refuse it
     base = SPACE.make(dict(_v10("aeaa327f"), specialize="exact_width"))
     twins = {"reread": base, "held": SPACE.make(dict(base, pass2_data="regs")),
              "scoped": SPACE.make(dict(base, pass2_data="regs_exact"))}

@@ -248,7 +248,7 @@ def folds_width(genome: Mapping[str, Any]) -> bool:
 def exact_width(genome: Mapping[str, Any], dtype: str, cluster: int, tpr: int) -> int:
     """The row width an exact shape covers: every vector of every CTA's slice exists, so N = cluster x
     chunks x threads per row x elements a vector."""
-    return cluster * genome["chunks"] * tpr * (genome["vec_bytes"] // dtypes.itemsize(dtype))
+    return cluster * genome["chunks"] * tpr * (genome["vec_bytes"] // _ITEMSIZE[dtype])
 
 
 def overlaps(genome: Mapping[str, Any]) -> bool:

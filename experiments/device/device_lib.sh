@@ -5,7 +5,8 @@
 # `split -b 36M -d -a 2 WHEEL WHEEL.part` puts 36 MiB in .whlq1 and .whlq2 and the rest in .whlq3,
 # so that call A's .whl + .whlq1 fit beside an 18 MiB tree; since session 11 three parts of ~30 MiB,
 # and .whlq3 also holds nvidia_cutlass_dsl_libs_core-4.8.1 (cutlass.cutlass_dsl itself: session 12's
-# tables ran without QuACK for want of it).
+# tables ran without QuACK for want of it). Since session 25 (a 29 MiB tree, and the limit counts disk
+# blocks) four parts (27, 30, 30 MiB and the rest, .whlq1-.whlq4) and WHEEL.nparts in .whlq4 saying 4.
 
 # the project's dependencies from .whl/ into /tmp/site
 install_wheels() {
@@ -31,10 +32,14 @@ install_quack() {
         return 0
     fi
     name=$(basename "$first" .part00)
-    if ! ls /root/q/"$name".part01 /root/q/"$name".part02 >/dev/null 2>&1; then
-        echo "QuACK: $(ls /root/q | grep -c part) of 3 cutlass wheel parts parked so far"
-        return 0
-    fi
+    local parts=3 i     # WHEEL.nparts (in the last folder) names the count when the wheel is cut in more
+    [ -s /root/q/"$name".nparts ] && parts=$(cat /root/q/"$name".nparts)
+    for ((i = 1; i < parts; i++)); do
+        if [ ! -e "$(printf '/root/q/%s.part%02d' "$name" "$i")" ]; then
+            echo "QuACK: $(ls /root/q | grep -c 'part[0-9]') of $parts cutlass wheel parts parked so far"
+            return 0
+        fi
+    done
     cat /root/q/"$name".part0[0-9] > /root/q/"$name" && rm /root/q/*.part0[0-9]
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site /root/q/*.whl \
         && echo "QuACK installed" || echo "QuACK wheels did not install"

@@ -107,6 +107,12 @@ device_start() {
     OUT=${OUT:-results/device}
     mkdir -p "$OUT" /root/work && park_quack_parts
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/env.txt"
+    # REQUIRE_GPU=H200: stop here (exit status 5) on any other GPU. A call that names a kind may get an H100
+    # or an H200 (session 25's nvidia-h200 call ran on an H100), and a table for one GPU must not be timed on another.
+    if [ -n "${REQUIRE_GPU:-}" ] && ! tail -n +2 "$OUT/env.txt" | grep -q -- "$REQUIRE_GPU"; then
+        echo "REQUIRE_GPU=$REQUIRE_GPU, but this machine has: $(tail -n +2 "$OUT/env.txt" | cut -d, -f1 | sort -u | tr '\n' ' ')" >&2
+        return 5
+    fi
 }
 
 # The dispatch playoff (`evo playoff`) for the run in /root/work: the near-tied genomes of each

@@ -6,10 +6,12 @@
 # two calls); a step stops at once (exit 4) when INT21, or in step c QuACK, cannot be imported.
 #   STEP=a [.whl .whlq1 + PEERS] (PROBE=seeds.json: those genomes through bwd_probe.py first, PROBE_S): INT21 restored (or built),
 #          the family's GPU tests (TESTS_K: their -k expression, default bf16), where the judge's CHECK time goes, a new search started (SEARCH_S; 0: none)
+#   (since session 25 the cutlass wheel travels in four parts: STEP=b twice, with .whlq2 then .whlq3, and STEP=c
+#   with .whlq4; REQUIRE_GPU=H200 stops a call that got another GPU)
 #   STEP=b [.whlq2 + PEERS]: the search resumed for SEARCH_S more seconds (on a fresh machine, from the
 #          committed dump BWD_DUMP, default results/rmsnorm_bwd_h200_run.json.gz: `evo resume DUMP`;
 #          a first call carries .whl too, and .whlq1 when a step c follows)
-#   STEP=c [.whlq3 + PEERS]: QuACK installed; the run dumped, its dispatch table, and the final table of
+#   STEP=c [.whlq4 + PEERS]: QuACK installed; the run dumped, its dispatch table, and the final table of
 #          that table beside every baseline (INT21, QuACK, Liger, torch, the add roofline; TABLE_S);
 #          then (FWD_TABLE_S > 0) the forward's table re-timed with INT21's forward beside it, from
 #          the protocol-2 record results/rejudge/rejudge_run.json.gz

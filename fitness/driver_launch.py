@@ -12,7 +12,10 @@ The packing is pure and separate from the call, so it is tested on the CPU: `pac
 every parameter out at its C alignment and gives the `void**` array cuLaunchKernelEx reads (the
 driver copies the values during the call, so the storage lives only as long as the call), and
 `launch_config` fills the CUlaunchConfig / CUlaunchAttribute structures of cuda.h (CUDA 12-13:
-a 64-byte attribute value union after an 8-byte id, the stream handle at offset 32).
+a 64-byte attribute value union after an 8-byte id, the stream handle at offset 32). Those
+structures, the constants and the loading of cuLaunchKernelEx are fitness.launch_ex's, the one copy
+the exported packages carry too (as <package>/_launch_ex.py); this module adds what only the judge
+needs: by-value blobs, numpy scalars, cuOccupancyMaxActiveClusters, a CUresult returned, not raised.
 """
 
 from __future__ import annotations
@@ -25,35 +28,26 @@ import numpy as np
 
 from fitness.family import ByValue, Launch
 
-CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4          # cuda.h CUlaunchAttributeID
-CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
-CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9   # cuda.h CUfunction_attribute
-CU_SHAREDMEM_CARVEOUT_MAX_SHARED = 100                   # cuda.h CUshared_carveout: the most shared memory
+# cuda.h's structures and constants are fitness.launch_ex's (the one copy, which every exported package
+# carries as its _launch_ex.py); imported here under the names the judge's modules and tests use
+from fitness.launch_ex import (  # noqa: F401 - re-exported
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+    CU_SHAREDMEM_CARVEOUT_MAX_SHARED,
+    CUlaunchAttribute,
+    CUlaunchAttributeValue,
+    CUlaunchConfig,
+    _ClusterDim,
+    load_launch_kernel_ex,
+    make_config,
+)
+
 PORTABLE_CLUSTER_CTAS = 8                          # sm_90: larger clusters need the attribute above
 MAX_CLUSTER_CTAS = 16                              # sm_90 with the non-portable opt-in
 POINTER_BYTES = 8
-
-
-class _ClusterDim(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
-class CUlaunchAttributeValue(ctypes.Union):
-    # 64 bytes; 8-byte alignment as in cuda.h (members hold pointers and 64-bit values)
-    _fields_ = [("pad", ctypes.c_char * 64), ("clusterDim", _ClusterDim),
-                ("programmaticStreamSerializationAllowed", ctypes.c_int), ("_align", ctypes.c_uint64)]
-
-
-class CUlaunchAttribute(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", CUlaunchAttributeValue)]
-
-
-class CUlaunchConfig(ctypes.Structure):
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(CUlaunchAttribute)), ("numAttrs", ctypes.c_uint)]
 
 
 @dataclass(frozen=True)
@@ -111,21 +105,8 @@ def launch_config(launch: Launch, stream: int = 0, cluster: tuple[int, int, int]
     """The CUlaunchConfig of a launch (grid, block, dynamic shared bytes, stream) and its attribute
     array (kept alive by the caller): a cluster-dimension attribute when `cluster` is given, a
     programmatic-stream-serialization one when the launch asks for `overlap`."""
-    attrs = (CUlaunchAttribute * 2)()
-    n = 0
-    if cluster is not None:
-        attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attrs[n].value.clusterDim.x, attrs[n].value.clusterDim.y, attrs[n].value.clusterDim.z = \
-            (int(c) for c in cluster)
-        n += 1
-    if launch.overlap:
-        attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attrs[n].value.programmaticStreamSerializationAllowed = 1
-        n += 1
-    g, b = (int(v) for v in launch.grid), (int(v) for v in launch.block)
-    cfg = CUlaunchConfig(*g, *b, int(launch.shared_bytes), ctypes.c_void_p(int(stream) or None),
-                         ctypes.cast(attrs, ctypes.POINTER(CUlaunchAttribute)) if n else None, n)
-    return cfg, attrs
+    return make_config(launch.grid, launch.block, launch.shared_bytes, stream, overlap=launch.overlap,
+                       cluster=cluster)
 
 
 def cluster_problem(cluster: Sequence[int]) -> str | None:
@@ -164,11 +145,7 @@ class DriverLauncher:
 
     def _launch_fn(self) -> Any:
         if self._fn is None:
-            fn = ctypes.CDLL(self.library).cuLaunchKernelEx
-            fn.argtypes = [ctypes.POINTER(CUlaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                           ctypes.POINTER(ctypes.c_void_p)]
-            fn.restype = ctypes.c_int
-            self._fn = fn
+            self._fn = load_launch_kernel_ex(self.library)      # raises where libcuda cannot be loaded
         return self._fn
 
     def launch(self, function: int, launch: Launch, args: Sequence[Any], *, pointer_of: Callable[[Any], int],

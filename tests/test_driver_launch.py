@@ -1,5 +1,6 @@
-"""Typed launch arguments and launches through cuLaunchKernelEx (fitness.driver_launch), on the CPU:
-the argument kinds (fitness.family.Buffer / ByValue / numpy scalars / None, plain names still
+"""Typed launch arguments and launches through cuLaunchKernelEx (fitness.driver_launch, and
+fitness.launch_ex: the one copy of cuda.h's launch structures, which every exported package carries),
+on the CPU: the argument kinds (fitness.family.Buffer / ByValue / numpy scalars / None, plain names still
 accepted), their packing at C alignment, and the CUlaunchConfig / CUlaunchAttribute layout checked
 against cuda.h by a host C compiler, then a whole DriverLauncher.launch against a stand-in
 libcuda (a host shared library defining cuLaunchKernelEx that keeps what it was given).
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from fitness import driver_launch as dl
+from fitness import launch_ex as lx
 from fitness.device import LaunchInvalid, resolve_args
 from fitness.family import Buffer, ByValue, Launch, kernel_arg
 
@@ -245,3 +247,97 @@ def test_the_cluster_occupancy_query_reaches_the_driver_with_the_launchs_shape(s
     status, _ = launcher.max_active_clusters(1, Launch("k", (16, 1, 1), (0, 1, 1), ()))
     assert status != 0
 
+
+
+# -- fitness.launch_ex: the one copy of the structures (the judge's, and every exported package's) ----------
+def test_the_judge_launches_with_the_one_copy_of_the_structures():
+    for name in ("CUlaunchConfig", "CUlaunchAttribute", "CUlaunchAttributeValue",
+                 "CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION", "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION",
+                 "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT", "CU_SHAREDMEM_CARVEOUT_MAX_SHARED",
+                 "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED"):
+        assert getattr(dl, name) is getattr(lx, name), name
+    src = Path(lx.__file__).read_text()
+    assert src.count("class CUlaunchConfig(") == 1 and "class CUlaunchConfig(" not in Path(dl.__file__).read_text()
+
+
+def test_the_launch_structures_have_cuda_hs_layout():
+    """cuda.h of CUDA 12-13 on x86-64 / aarch64 (test_the_structures_match_cuda_h compiles it where a
+    toolkit is installed): the attribute value a 64-byte union, 8-byte aligned, every member at 0; the
+    attribute its id, padding, then the value at 8; the config's stream at 32, attributes at 40."""
+    v, a, c = lx.CUlaunchAttributeValue, lx.CUlaunchAttribute, lx.CUlaunchConfig
+    assert (ctypes.sizeof(v), ctypes.alignment(v)) == (64, 8)
+    assert v.clusterDim.offset == v.programmaticStreamSerializationAllowed.offset == v.pad.offset == 0
+    assert (ctypes.sizeof(a), a.id.offset, a.value.offset) == (72, 0, 8)
+    assert [getattr(c, f).offset for f, _ in c._fields_] == [0, 4, 8, 12, 16, 20, 24, 32, 40, 48]
+    assert ctypes.sizeof(c) == 56
+    assert (lx.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, lx.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            lx.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, lx.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+            lx.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, lx.CU_SHAREDMEM_CARVEOUT_MAX_SHARED) == \
+        (4, 6, 8, 9, 14, 100)
+
+
+def test_the_launch_module_needs_only_the_standard_library():
+    """Every exported package carries it verbatim: nothing of numpy, cupy or the factory."""
+    import ast
+
+    tree = ast.parse(Path(lx.__file__).read_text())
+    mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert mods <= {"__future__", "collections", "ctypes", "typing"}, mods
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level], "a relative import"
+
+
+def test_pack_params_holds_each_value_at_its_type_and_alignment():
+    p = lx.pack_params([("uint64", 0x7F00_0000_1230), ("int32", -5), ("float32", 1.5), ("uint64", 0),
+                        ("float32", 1e-6)])
+    assert len(p) == 5 and len(p.array) == 5
+    want = [(0x7F00_0000_1230).to_bytes(8, "little"), np.int32(-5).tobytes(), np.float32(1.5).tobytes(), bytes(8),
+            np.float32(1e-6).tobytes()]
+    for i, data in enumerate(want):
+        assert ctypes.string_at(p.array[i], len(data)) == data, i
+        assert p.array[i] % len(data) == 0, i                 # at its natural alignment
+    assert len(lx.pack_params([])) == 0 and len(lx.pack_params([]).array) == 1
+    with pytest.raises(ValueError, match=r"kind 'int8'"):
+        lx.pack_params([("int8", 1)])
+
+
+def test_make_config_puts_the_cluster_before_the_overlap():
+    cfg, _ = lx.make_config((8, 2, 1), (128, 1, 1), 512, 0x99, overlap=True, cluster=(2, 1, 1))
+    assert (cfg.gridDimX, cfg.gridDimY, cfg.blockDimX, cfg.sharedMemBytes, cfg.hStream) == (8, 2, 128, 512, 0x99)
+    assert cfg.numAttrs == 2 and [cfg.attrs[i].id for i in range(2)] == [4, 6]
+    assert cfg.attrs[0].value.clusterDim.x == 2 and cfg.attrs[1].value.programmaticStreamSerializationAllowed == 1
+    lone, _ = lx.make_config((1, 1, 1), (32, 1, 1), 0, overlap=True)
+    assert lone.numAttrs == 1 and lone.attrs[0].id == 6 and not lone.hStream
+    plain, _ = lx.make_config((1, 1, 1), (32, 1, 1), 0)
+    assert plain.numAttrs == 0 and not plain.attrs
+
+
+def test_a_launch_without_the_driver_entry_is_declined_and_a_refused_one_names_the_kernel(monkeypatch):
+    """No libcuda (or no cuLaunchKernelEx in it): launch returns False, the caller launches plainly; a
+    CUresult other than 0 is a RuntimeError naming the owner, the kernel and the code."""
+    missing = "libptxk-no-such-cuda.so.9"
+    assert lx.driver(missing) is None and lx.driver(missing) is None
+    assert lx.launch(1, (1, 1, 1), (32, 1, 1), 0, 0, [("int32", 1)], overlap=True, library=missing) is False
+    monkeypatch.setattr(lx, "driver", lambda library=None: lambda cfg, fn, params, extra: 1)
+    with pytest.raises(RuntimeError, match=r"^ptxk_x: cuLaunchKernelEx of bwd_dw_reduce failed with CUresult 1$"):
+        lx.launch(1, (1, 1, 1), (32, 1, 1), 0, 0, [], overlap=True, kernel="bwd_dw_reduce", owner="ptxk_x",
+                  library=missing)
+    with pytest.raises(RuntimeError, match=r"^cuLaunchKernelEx of a kernel failed"):
+        lx.launch(1, (1, 1, 1), (32, 1, 1), 0, 0, [], overlap=False, library=missing)
+
+
+def test_the_shared_launch_reaches_the_driver_with_the_pdl_attribute_and_its_parameters(standin):
+    path, lib = standin
+    lib.standin_sizes(4, (ctypes.c_int * 4)(8, 4, 4, 8))
+    ok = lx.launch(0xF00D, (12, 1, 1), (256, 1, 1), 2048, 0x77,
+                   [("uint64", 0xABCD_EF00), ("int32", 9), ("float32", -2.25), ("uint64", 0)],
+                   overlap=True, library=str(path))
+    assert ok is True
+    assert [lib.standin_dim(i) for i in range(7)] == [12, 1, 1, 256, 1, 1, 2048]
+    assert lib.standin_stream() == 0x77 and lib.standin_f() == 0xF00D
+    assert lib.standin_num_attrs() == 1 and lib.standin_attr_id_at(0) == 6 and lib.standin_pss_at(0) == 1
+    assert ctypes.string_at(lib.standin_params(), 24) == ((0xABCD_EF00).to_bytes(8, "little") + np.int32(9).tobytes()
+                                                          + np.float32(-2.25).tobytes() + bytes(8))
+    lib.standin_sizes(0, (ctypes.c_int * 1)(0))
+    assert lx.launch(3, (1, 1, 1), (32, 1, 1), 0, 0, [], overlap=False, library=str(path)) is True
+    assert lib.standin_num_attrs() == 0 and lib.standin_stream() == 0

@@ -92,6 +92,10 @@ def test_package_has_every_file(exported):
     for rel in ("pyproject.toml", "README.md", "bench.py", f"tests/test_{PKG}.py", f"{PKG}/__init__.py",
                 f"{PKG}/_geometry.py", f"{PKG}/bench.py", f"{PKG}/dispatch.json", f"{PKG}/provenance.json"):
         assert (root / rel).is_file(), rel
+    # every package carries the judge's cuLaunchKernelEx module byte for byte (standard library only)
+    from fitness import launch_ex
+
+    assert (root / PKG / "_launch_ex.py").read_bytes() == Path(launch_ex.__file__).read_bytes()
     keys = {e.key for e in _entries()}
     assert set(exported.kernels) == keys and len(keys) == 19          # the committed table's genomes
     for k in keys:
@@ -172,6 +176,7 @@ def test_pip_install_and_import_without_the_factory(exported, tmp_path):
         sorted(p.name for p in exported.path.iterdir())
     installed = target / PKG
     assert (installed / "dispatch.json").is_file() and (installed / "provenance.json").is_file()
+    assert (installed / "_launch_ex.py").is_file()
     assert len(list((installed / "kernels").glob("*.cubin"))) == len(exported.kernels)
     assert len(list((installed / "kernels").glob("*.ptx"))) == len(exported.kernels)
     code = f"""

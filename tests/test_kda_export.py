@@ -226,17 +226,25 @@ def test_arguments_the_kernels_do_not_compute_are_refused_by_name(pkg, kwargs, n
     assert msg.startswith(f"{PKG}: {name}:") and "\n" not in msg
 
 
-def test_pdl_structures_are_the_judges(pkg):
+def test_pdl_launches_through_the_judges_module_copied_verbatim(exported, pkg):
+    """The package launches with the overlap through `_launch_ex.py`, which is fitness/launch_ex.py byte
+    for byte (the structures fitness.driver_launch's judge launches with), and keeps no copy of its own."""
     from fitness import driver_launch as dl
+    from fitness import launch_ex
 
-    for ours, theirs in ((pkg._LaunchConfig, dl.CUlaunchConfig), (pkg._LaunchAttribute, dl.CUlaunchAttribute),
-                         (pkg._LaunchAttributeValue, dl.CUlaunchAttributeValue)):
+    assert (exported.path / PKG / "_launch_ex.py").read_bytes() == Path(launch_ex.__file__).read_bytes()
+    assert pkg._launch_ex.__name__ == f"{PKG}._launch_ex" and pkg._launch_ex is not launch_ex
+    for ours, theirs in ((pkg._launch_ex.CUlaunchConfig, dl.CUlaunchConfig),
+                         (pkg._launch_ex.CUlaunchAttribute, dl.CUlaunchAttribute),
+                         (pkg._launch_ex.CUlaunchAttributeValue, dl.CUlaunchAttributeValue)):
         assert ctypes.sizeof(ours) == ctypes.sizeof(theirs) and ctypes.alignment(ours) == ctypes.alignment(theirs)
         for name, *_ in ours._fields_:
             assert getattr(ours, name).offset == getattr(theirs, name).offset, name
     assert pkg._CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION == \
         dl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     assert pkg._CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT == dl.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    init = (exported.path / PKG / "__init__.py").read_text()
+    assert "_ctypes" not in init and "class _Launch" not in init and "CDLL" not in init
 
 
 # -- the torch path against fake torch and cupy modules ------------------------------------------
@@ -356,7 +364,7 @@ def fakes(monkeypatch, pkg):
                             + [ctypes.c_float.from_address(params[i]).value for i in (14, 15)]
                             + [ctypes.c_int32.from_address(params[16]).value, ctypes.c_uint64.from_address(params[17]).value]})
         return 0
-    monkeypatch.setattr(pkg, "_launch_ex", lambda: ex)
+    monkeypatch.setattr(pkg._launch_ex, "driver", lambda library=None: ex)
     return state, t
 
 
@@ -400,6 +408,32 @@ def test_chunk_kda_launches_the_genomes_kernels_in_order(pkg, fakes, family, r):
     shared = {(a[0], a[2]) for a in state["attrs"] if a[1] == 8}
     assert {s for _, s in shared} == {s["shared_bytes"] for s in want if s["shared_bytes"]}
     assert any(a[1] == 9 for a in state["attrs"]) == bool(overlapped)     # the carveout for the overlap
+
+
+def test_an_overlapped_launch_without_the_driver_is_plain_and_a_refused_one_names_its_kernel(pkg, fakes, monkeypatch):
+    """Where _launch_ex.py finds no cuLaunchKernelEx the pdl genome's kda_rec goes through cupy, after
+    kda_prep (correct: the overlap is a permission); a CUresult the driver returns is a RuntimeError
+    naming the package, the kernel and the code."""
+    state, t = fakes
+    T, H = 8192, 64                              # fixed/H64: the pdl genome
+    x, kw = _inputs(t, T, H)
+
+    def call():
+        return pkg.chunk_kda(*x.values(), initial_state=kw["initial_state"], output_final_state=True,
+                             use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True, use_gate_in_kernel=True,
+                             safe_gate=True, lower_bound=-5.0, A_log=kw["A_log"], dt_bias=kw["dt_bias"],
+                             state_v_first=True)
+    steps = pkg.plan(T, 1, H, "fp32")[1]
+    assert any(s["overlap"] for s in steps)
+    monkeypatch.setattr(pkg._launch_ex, "driver", lambda library=None: None)
+    call()
+    assert not state["ex"] and [d["kernel"] for d in state["launches"]] == [s["kernel"] for s in steps]
+    monkeypatch.setattr(pkg._launch_ex, "driver", lambda library=None: lambda cfg, fn, params, extra: 701)
+    monkeypatch.setattr(pkg._launch_ex, "error_name", lambda status, library=None: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+    overlapped = next(s["kernel"] for s in steps if s["overlap"])
+    with pytest.raises(RuntimeError, match=rf"^{PKG}: cuLaunchKernelEx of {overlapped} failed with CUresult 701 "
+                                           r"\(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES\)$"):
+        call()
 
 
 def test_chunk_kda_checks_tensors_by_name(pkg, fakes):

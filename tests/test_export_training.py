@@ -106,6 +106,10 @@ def test_the_package_holds_both_tables_and_their_kernels(training, standin):
     prov = json.loads((root / PKG / "provenance.json").read_text())
     assert prov["companions"]["backward"]["run_id"] == table["run_id"]
     assert prov["companions"]["backward"]["gpu"] == ["STAND-IN: no GPU ran (tests/bwd_standin.py)"]
+    from fitness import launch_ex
+
+    # the judge's cuLaunchKernelEx module, byte for byte
+    assert (root / PKG / "_launch_ex.py").read_bytes() == Path(launch_ex.__file__).read_bytes()
     pyproject = (root / "pyproject.toml").read_text()
     assert f'packages = ["{PKG}", "{PKG}.backward"]' in pyproject and '"backward/kernels/*.cubin"' in pyproject
     readme = (root / "README.md").read_text()
@@ -208,7 +212,7 @@ def _arg(a):
 def _family_launches(family, genome, case):
     las = family.launch(genome, case)
     return None if las is None else [(la.kernel, tuple(la.grid), tuple(la.block), la.shared_bytes, tuple(la.cluster),
-                                      tuple(_arg(a) for a in la.args)) for la in las]
+                                      tuple(_arg(a) for a in la.args), la.overlap) for la in las]
 
 
 def _packaged_launches(geo, genome, p):
@@ -217,7 +221,8 @@ def _packaged_launches(geo, genome, p):
     def arg(a):          # the runtime passes ("float32", v) as numpy.float32(v)
         return ("float32", float(np.float32(a[1]))) if isinstance(a, tuple) and a[0] == "float32" else a
     return None if las is None else [(la["kernel"], tuple(la["grid"]), tuple(la["block"]), la["shared_bytes"],
-                                      tuple(la["cluster"]), tuple(arg(a) for a in la["args"])) for la in las]
+                                      tuple(la["cluster"]), tuple(arg(a) for a in la["args"]), la["overlap"])
+                                     for la in las]
 
 
 def test_backward_geometry_equals_the_familys_launch_on_every_case(training, bwd_family, bwd_geometry):
@@ -282,6 +287,50 @@ def test_backward_geometry_refuses_what_the_family_refuses(bwd_family, bwd_geome
         bwd_geometry.launch(genome, 4, 256, "fp64")
 
 
+def _pdl_twin(bwd_family, genome):
+    """`genome` with launch_overlap = pdl (space v11): the same launches, each after the first overlapped."""
+    from genomes import load_space
+
+    return dict(load_space(bwd_family.space_name).make(dict(genome, launch_overlap="pdl")))
+
+
+def test_packaged_launches_carry_the_familys_overlap_and_compiled_clusters(training, bwd_family, bwd_geometry):
+    """For the stand-in's two genomes (plain) and their pdl twins: each launch dict of backward/_geometry.py
+    says `overlap` as family.launch's Launch.overlap does (never for a plain genome, every kernel but the
+    first for a pdl one), and every launch with a cluster names an entry its source compiles with
+    __cluster_dims__ of that size, so the runtime's cuLaunchKernelEx needs no cluster attribute (the judge
+    passes none for such kernels either: fitness.cuda_backend)."""
+    import re
+
+    cases = [bwd_family.make_case(m, n, d) for d in ("bf16", "fp32") for m, n in ((199, 1000), (4096, 4096), (7, 65536))]
+    seen = {False: 0, True: 0}
+    clustered = 0
+    for info in training.companions["backward"]["kernels"].values():
+        plain = dict(info["genome"])
+        assert plain.get("launch_overlap", "none") == "none"
+        for genome, pdl in ((plain, False), (_pdl_twin(bwd_family, plain), True)):
+            src = bwd_family.render(genome)
+            for case in cases:
+                want = bwd_family.launch(genome, case)
+                got = bwd_geometry.launch(genome, case.params["M"], case.params["N"], case.params["dtype"])
+                if want is None:
+                    assert got is None
+                    continue
+                assert [d["overlap"] for d in got] == [la.overlap for la in want] == [False] + [pdl] * (len(want) - 1)
+                seen[pdl] += len(want) > 1
+                for d in got:
+                    c = d["cluster"][0]
+                    if tuple(d["cluster"]) != (1, 1, 1):
+                        assert re.search(rf"BWD_ENTRY\w*\({re.escape(d['kernel'])}, \w+, {c}, __cluster_dims__\({c}, 1, 1\)",
+                                         src), d["kernel"]
+                        clustered += 1
+                    else:
+                        assert not re.search(rf"\({re.escape(d['kernel'])}, \w+, \d+, __cluster_dims__", src)
+    assert seen[False] and seen[True] and clustered
+    template = (REPO / "kernels" / "rmsnorm_bwd" / "template.cu").read_text()
+    assert template.count("__global__ void BWD_BOUNDS ATTR NAME(") == 3         # every entry macro puts ATTR on
+
+
 # -- the package without torch ---------------------------------------------------------------------
 @pytest.fixture
 def pkg_module(training, monkeypatch):
@@ -299,6 +348,9 @@ def pkg_module(training, monkeypatch):
             m.setitem(sys.modules, "torch", None)
             m.setitem(sys.modules, "cupy", None)
             spec.loader.exec_module(mod)
+        # no cuLaunchKernelEx: the fakes' function handles must never reach a real libcuda (a machine
+        # with a driver); the tests of the overlapped launches put a recorder in its place
+        monkeypatch.setattr(mod._launch_ex, "driver", lambda library=None: None)
         yield mod
     finally:
         for k in [k for k in sys.modules if k == PKG or k.startswith(PKG + ".")]:
@@ -338,6 +390,7 @@ for name in ("evo", "fitness", "genomes", "operators", "torch", "cupy"):
 import {PKG} as p
 extra = sorted(n for n in vars(p) if not n.startswith("_") and n not in p.__all__)
 print("extra", extra)
+print("pdl", p._autograd._PDL_ENV, p._autograd.PDL)
 print("stats", p.fallback_stats())
 for call in (lambda: p.RMSNorm(8), lambda: p.rmsnorm(None, None), lambda: p.replace_rmsnorm(None)):
     try:
@@ -349,9 +402,11 @@ for call in (lambda: p.RMSNorm(8), lambda: p.rmsnorm(None, None), lambda: p.repl
 """
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["PYTHONPATH"] = str(training.path)
+    env["PTXK_RMSNORM_PDL"] = "0"            # the opt-out of programmatic dependent launch, read at import
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
                          timeout=120)
     assert run.returncode == 0, run.stderr
+    assert "pdl PTXK_RMSNORM_PDL False" in run.stdout
     assert "extra ['backward']" in run.stdout                 # the backward tables' subpackage, beside __all__
     zero = {k: 0 for k in ("kernel", "device", "dtype", "shape", "no_kernel")}
     assert f"stats {dict(forward=zero, backward=zero)}" in run.stdout
@@ -416,7 +471,7 @@ def test_backward_launches_follow_the_plan_with_the_judges_arguments(pkg_module,
         # what it allocated: dx, dw, then the dw_part workspace as the family sizes it for the judge
         assert state["shapes"] == [((M, N), tdt), ((N,), t.float32),
                                    (p._bwd_geometry.workspace(M, N, dt)["dw_part"], t.float32)]
-        for call, (name, grid, block, shared, args) in zip(state["launches"], launches):
+        for call, (name, grid, block, shared, args, overlap) in zip(state["launches"], launches):
             assert call["grid"] == grid and call["block"] == block and call["shared"] == shared
             assert call["stream"].ptr == 0xABC0 and len(call["args"]) == len(args)
             for got, want in zip(call["args"], args):
@@ -428,6 +483,93 @@ def test_backward_launches_follow_the_plan_with_the_judges_arguments(pkg_module,
                     assert str(got.dtype) == want[0] and float(got) == pytest.approx(want[1])
         assert dx.shape == (M, N) and dx.dtype is tdt and dw.shape == (N,) and dw.dtype is t.float32
     assert p.fallback_stats()["backward"]["kernel"] == 3
+
+
+def _driver_recorder(calls):
+    """A stand-in cuLaunchKernelEx (what _launch_ex.driver returns): records each launch's configuration,
+    attributes and the 8 bytes behind each parameter pointer (a ctypes scalar's buffer holds at least 8)."""
+    import ctypes
+
+    def ex(cfg, fn, params, extra):
+        c = cfg._obj
+        calls.append({"fn": fn.value, "grid": (c.gridDimX, c.gridDimY, c.gridDimZ),
+                      "block": (c.blockDimX, c.blockDimY, c.blockDimZ), "shared": c.sharedMemBytes,
+                      "stream": c.hStream, "extra": extra,
+                      "attrs": [(c.attrs[i].id, c.attrs[i].value.programmaticStreamSerializationAllowed)
+                                for i in range(c.numAttrs)],
+                      "params": [ctypes.string_at(params[i], 8) for i in range(len(params))]})
+        return 0
+    return ex
+
+
+def _param(raw, want, ptrs):
+    """A recorded parameter decoded by the plan's argument (a buffer name: its pointer)."""
+    if isinstance(want, str):
+        return int.from_bytes(raw, "little") == ptrs[want] if want in ptrs else True
+    got = np.frombuffer(raw[:4], dtype=np.int32 if want[0] == "int32" else np.float32)[0]
+    return got == (np.int32(want[1]) if want[0] == "int32" else np.float32(want[1]))
+
+
+def test_a_pdl_genomes_backward_overlaps_through_the_driver_as_the_judge_launches(pkg_module, driver, bwd_family,
+                                                                                   monkeypatch):
+    """The stand-in's genomes swapped for their pdl twins: every overlapped kernel goes to cuLaunchKernelEx
+    (one programmatic-stream-serialization attribute, no cluster attribute, torch's raw stream, the
+    parameters cupy would get) after its predecessor went through cupy, with the most shared memory asked
+    for both (the judge's carveout); with PDL off, or without cuLaunchKernelEx, every kernel goes through
+    cupy in the same order."""
+    model, T = driver
+    p, t = pkg_module._autograd, sys.modules["torch"]
+    assert p._PDL_ENV == "PTXK_RMSNORM_PDL"
+    table = p.backward_table()
+    for info in table["kernels"].values():
+        info["genome"] = _pdl_twin(bwd_family, info["genome"])
+    p._bwd_plan.cache_clear()
+    calls = []
+    monkeypatch.setattr(pkg_module._launch_ex, "driver", lambda library=None: _driver_recorder(calls))
+    monkeypatch.setattr(p, "PDL", True)
+    kinds = set()
+    for M, N, dt, tdt in ((4096, 4096, "bf16", t.bfloat16), (199, 16384, "fp16", t.float16),
+                          (3, 1000, "fp32", t.float32)):
+        model.state["launches"].clear()
+        calls.clear()
+        x, dy, w, rstd = T((M, N), tdt), T((M, N), tdt), T((N,), t.float32), T((M,), t.float32)
+        dx, dw = p._backward_impl(dy, x, w, rstd, 1e-6)
+        key, launches = p._bwd_plan(M, N, dt, 1e-6)
+        assert [la[5] for la in launches] == [False] + [True] * (len(launches) - 1) and len(launches) > 1
+        plain = [la for la in launches if not la[5]]
+        over = [la for la in launches if la[5]]
+        assert [c["kernel"] for c in model.state["launches"]] == [la[0] for la in plain]
+        assert len(calls) == len(over)
+        ptrs = {"x": x.data_ptr(), "w": w.data_ptr(), "dy": dy.data_ptr(), "rstd": rstd.data_ptr(),
+                "dx": dx.data_ptr(), "dw": dw.data_ptr()}
+        for call, (name, grid, block, shared, args, _) in zip(calls, over):
+            fn = p._bwd_function(0, key, name, shared)
+            assert call["fn"] == fn.ptr and call["extra"] is None
+            assert (call["grid"], call["block"], call["shared"], call["stream"]) == (grid, block, shared, 0xABC0)
+            assert call["attrs"] == [(6, 1)]                  # PDL only, never a cluster attribute
+            assert len(call["params"]) == len(args)
+            assert all(_param(raw, a, ptrs) for raw, a in zip(call["params"], args)), name
+        for i, la in enumerate(launches):                     # the judge's carveout: overlapped and predecessor
+            if la[5]:
+                for j in (i - 1, i):
+                    h = p._bwd_function(0, key, launches[j][0], launches[j][3]).ptr
+                    assert model.attrs[h].get(9) == 100, launches[j][0]
+        kinds.add(tuple(la[0].split("_")[1] if la[0].startswith("bwd_") else "main" for la in launches))
+    assert len(kinds) == 2, kinds            # [main, reduce] (partial rows) and [zero, main] (atomics, cluster 8)
+    # PDL off, then no cuLaunchKernelEx: the same kernels in the same order, all through cupy
+    for off in ("switch", "driver"):
+        if off == "switch":
+            monkeypatch.setattr(p, "PDL", False)
+        else:
+            monkeypatch.setattr(p, "PDL", True)
+            monkeypatch.setattr(pkg_module._launch_ex, "driver", lambda library=None: None)
+        model.state["launches"].clear()
+        calls.clear()
+        x = T((4096, 4096), t.bfloat16)
+        p._backward_impl(T((4096, 4096), t.bfloat16), x, T((4096,), t.float32), T((4096,), t.float32), 1e-6)
+        assert not calls and [c["kernel"] for c in model.state["launches"]] == \
+            [la[0] for la in p._bwd_plan(4096, 4096, "bf16", 1e-6)[1]], off
+    assert not model.refused
 
 
 def test_forward_impl_writes_rstd_and_the_reasons_are_the_documented_ones(pkg_module, fakes):

@@ -176,7 +176,8 @@ def test_packaged_launch_path_takes_the_same_exact_entries():
 
 def packaged_kernels_match(genome) -> set[str]:
     """Asserts that the packaged launch module (`evo export`'s _geometry.py) names the family's kernels for
-    `genome` on every benchmark case; the kernels named."""
+    `genome` on every benchmark case, each with the family's Launch.overlap (which the package honours with
+    programmatic dependent launch); the kernels named."""
     ns: dict = {}
     exec(compile(FAM.export_launch_source(), "_geometry.py", "exec"), ns)  # noqa: S102 - our own generated source
     seen = set()
@@ -187,7 +188,7 @@ def packaged_kernels_match(genome) -> set[str]:
         if want is None:
             assert got is None
             continue
-        assert [d["kernel"] for d in got] == [a.kernel for a in as_launches(want)]
+        assert [(d["kernel"], d["overlap"]) for d in got] == [(a.kernel, a.overlap) for a in as_launches(want)]
         seen |= {d["kernel"] for d in got}
     return seen
 

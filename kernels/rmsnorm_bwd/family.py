@@ -448,8 +448,9 @@ def export_launch_source() -> str:
     max_parts, ...), with the constants those read: the packaged launches are this family's as it
     stands at export time (tests/test_export_training.py compares them with `launch` on every case
     of the matrices). `launch(genome, M, N, dtype, eps)`: the launches in order as dicts (kernel,
-    grid, block, shared_bytes, cluster, args: buffer names, ("int32" | "float32", value) scalars),
-    None when the genome cannot hold the row; `workspace(M, N, dtype)`: scratch buffer shapes (fp32);
+    grid, block, shared_bytes, cluster, args: buffer names, ("int32" | "float32", value) scalars,
+    overlap: Launch.overlap, which the package honours with programmatic dependent launch), None
+    when the genome cannot hold the row; `workspace(M, N, dtype)`: scratch buffer shapes (fp32);
     UnsupportedShape (a ValueError) for an N no kernel of the family can run."""
     from fitness.export_source import launch_module_source  # noqa: PLC0415
 
@@ -470,7 +471,8 @@ def launch(genome: Mapping[str, Any], M: int, N: int, dtype: str, eps: float = 1
     if got is None:
         return None
     return [{"kernel": la.kernel, "grid": tuple(la.grid), "block": tuple(la.block),
-             "shared_bytes": int(la.shared_bytes), "cluster": tuple(la.cluster), "args": tuple(la.args)}
+             "shared_bytes": int(la.shared_bytes), "cluster": tuple(la.cluster), "args": tuple(la.args),
+             "overlap": bool(la.overlap)}
             for la in ([got] if isinstance(got, Launch) else got)]
 
 

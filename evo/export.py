@@ -501,7 +501,7 @@ def export_run(source: str | Path, out: str | Path, *, run_id: str | None = None
 
     roles = tuple(parts)
     cupy_wheel = cupy_for_toolkit(str(getattr(compiler, "toolkit", "") or ""))
-    subs = {"__PKG__": pkg, "__RUN_ID__": frames.run["run_id"], "__VERSION__": PACKAGE_VERSION,
+    subs = {"__PKG__": pkg, "__PKG_UPPER__": pkg.upper(), "__RUN_ID__": frames.run["run_id"], "__VERSION__": PACKAGE_VERSION,
             **{f"__{k.upper()}__": v for k, v in settings.items()}, "__CUPY__": cupy_wheel,
             **{f"__{role.upper()}_RUN_ID__": p["table"].frames.run["run_id"] for role, p in parts.items()}}
     (pdir / "__init__.py").write_text(_fill((templates / "__init__.py.tmpl").read_text(), subs, roles=roles))

@@ -18,6 +18,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -117,6 +118,8 @@ def test_the_package_holds_both_tables_and_their_kernels(training, standin):
     for reason in ("`device`", "`dtype`", "`shape`", "`no_kernel`"):
         assert f"| {reason} |" in readme
     assert table["run_id"] in readme and "STAND-IN" in readme
+    assert "### Overlapped launches" in readme and f"`{PKG.upper()}_PDL=0`" in readme
+    assert not re.findall(r"__[A-Z_]+__", readme), "a template placeholder left unreplaced"
 
 
 def test_backward_cubins_hold_every_entry_the_geometry_names(training, bwd_family):

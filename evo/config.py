@@ -49,7 +49,7 @@ class ExperimentSection:
 
 @dataclass(frozen=True)
 class TargetSection:
-    gpu: str = _f("H200", doc="the GPU the results are for (recorded, and checked on the device)")
+    gpu: str = _f("H200", doc="the GPU the results are for (recorded; a GPU run stops at its start on another GPU)")
     arch: str = _f("sm_90a", choices=("sm_90a", "sm_90"), doc="nvcc target")
 
 

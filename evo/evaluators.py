@@ -4,6 +4,7 @@ recorded evidence a replay or evo.lessons draws on)."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from fitness.evaluator import Evaluator
@@ -11,6 +12,31 @@ from fitness.replay import ReplayEvaluator
 from genomes import GeneSpace
 from evo.config import Config, ConfigError
 from evo.store import StoreError, open_store
+
+
+def target_device_problem(target_gpu: str, device: str) -> str | None:
+    """One line when a GPU of `device` (the judge's device names, " | " between several) is not a
+    `target_gpu`, else None. The target matches as a word of the name, case-insensitively: "H200" is
+    "NVIDIA H200" but not "NVIDIA H100 80GB HBM3". An empty target or device (a judge that does not
+    say) is no problem."""
+    target, names = target_gpu.strip(), [d.strip() for d in device.split(" | ") if d.strip()]
+    if not target or not names:
+        return None
+    word = re.compile(rf"(?<![A-Za-z0-9]){re.escape(target)}(?![A-Za-z0-9])", re.IGNORECASE)
+    others = [n for n in names if not word.search(n)]
+    if not others:
+        return None
+    return (f"target.gpu = {target!r}, but the judge's GPU is {' | '.join(others)!r}: run on a {target}, or set "
+            f"[target] gpu to the GPU the results are for (each evaluation records the GPU that judged it)")
+
+
+def check_target_device(cfg: Config, evaluator: Evaluator) -> str | None:
+    """target_device_problem for a GPU judge's workers (started here: their device is the question);
+    None for a replay, which answers from what another GPU measured and says so."""
+    if cfg.evaluator.kind != "gpu" or not callable(getattr(evaluator, "pool", None)):
+        return None
+    evaluator.pool()
+    return target_device_problem(cfg.target.gpu, str(evaluator.describe().get("device") or ""))
 
 
 def replay_source(cfg: Config, src: str | None = None) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from fitness.replay import ReplayEvaluator
 from genomes import load_space
 from evo.config import Config
-from evo.evaluators import build_evaluator, check_environment
+from evo.evaluators import build_evaluator, check_environment, check_target_device
 from evo.lessons import carried_evaluations, prior_evaluations, run_lessons, seed_evidence, seed_genomes
 from evo.progress import ProgressBar
 from evo.rundir import RunDir, create_run_dir, open_run_dir
@@ -24,9 +24,9 @@ def execute(rd: RunDir, quiet: bool = False) -> RunSummary:
 
 def _execute(rd: RunDir, quiet: bool = False) -> tuple[RunSummary, int | None]:
     """The run's summary, and how many evaluations its replay recording holds (None: no replay).
-    A machine that cannot judge (no GPU) leaves the run marked failed, with the reason, before the
-    error goes up: `evo status` must not show it "running" forever."""
-    from fitness.workers import NoDeviceError, WorkerPoolError
+    A machine that cannot judge (no GPU, or not the GPU of [target] gpu) leaves the run marked failed,
+    with the reason, before the error goes up: `evo status` must not show it "running" forever."""
+    from fitness.workers import NoDeviceError, WorkerPoolError, WrongDeviceError
 
     cfg = rd.config
     space = load_space(cfg.experiment.family, cfg.experiment.space_version)
@@ -37,11 +37,16 @@ def _execute(rd: RunDir, quiet: bool = False) -> tuple[RunSummary, int | None]:
         except KeyError:
             store.create_run(new_run_info(cfg, rd.run_id))
         evidence = seed_evidence(cfg, space)
+
+        def failed(exc: WorkerPoolError) -> None:
+            why = (NO_GPU if isinstance(exc, NoDeviceError) else str(exc) if isinstance(exc, WrongDeviceError)
+                   else f"no evaluator: {exc}")
+            store.update_run(rd.run_id, state="failed", notes={"stop_reason": why})
+
         try:
             evaluator = build_evaluator(cfg, space)
         except WorkerPoolError as exc:
-            why = NO_GPU if isinstance(exc, NoDeviceError) else f"no evaluator: {exc}"
-            store.update_run(rd.run_id, state="failed", notes={"stop_reason": why})
+            failed(exc)
             raise
         recorded = len(evaluator) if isinstance(evaluator, ReplayEvaluator) else None
         total = cfg.budget.evaluations
@@ -52,6 +57,13 @@ def _execute(rd: RunDir, quiet: bool = False) -> tuple[RunSummary, int | None]:
             total = min(total, recorded)
         bar = ProgressBar(total, cfg.objective.metric, enabled=cfg.output.progress and not quiet)
         with evaluator:
+            try:
+                problem = check_target_device(cfg, evaluator)
+                if problem:
+                    raise WrongDeviceError(problem)
+            except WorkerPoolError as exc:
+                failed(exc)
+                raise
             run = Run(cfg, space, store, evaluator, rd.run_id, optuna_storage=rd.optuna_storage,
                       seeds=seed_genomes(cfg, space, evidence), prior=prior_evaluations(cfg, space, evidence),
                       carried=carried_evaluations(cfg, space, evidence), on_progress=bar,

@@ -75,6 +75,11 @@ class NoDeviceError(WorkerPoolError):
     """No GPU is visible and no worker count was given."""
 
 
+class WrongDeviceError(WorkerPoolError):
+    """The GPU the workers judge on is not the one the run is for (the config's [target] gpu): a run for
+    the H200 that lands on an H100 would record the H100's times under the H200's name."""
+
+
 class BaselineUnavailableError(WorkerPoolError):
     """The run's primary baseline cannot run on this machine (its package or checkout is missing):
     every speedup the run records would be missing, so nothing more is judged here. The batch in

@@ -2,7 +2,9 @@
 backward run was recorded on the GPU (issue 17: `evo export FWD_RUN --with BWD_RUN`).
 
 What is real: the genomes are the backward family's own (DEFAULT, which reduces dw through
-partial rows, and one of its EXTREMES that reduces with atomics), rendered by the family, compiled
+partial rows, and one of its EXTREMES that reduces with atomics; or those of a seeds file, `--genomes`,
+so that a package can be built around genomes that no recorded run holds yet, as the programmatic
+dependent launch genomes of space v11 in session 26), rendered by the family, compiled
 by the judge's Compiler (nvcc, sm_90a) and passed through the judge's static checks (ptxas report,
 SASS promises, shared memory), so their `source_hash` artifacts are what `evo export` checks the
 rendered sources against; the cases are the experiment's matrix (experiments/rmsnorm_bwd_h200.toml),
@@ -10,11 +12,11 @@ those a genome cannot launch recorded as the judge records them (INVALID, fitnes
 and the objectives come from fitness.objectives.compute.
 
 What is not: no GPU ran. Every "verdict" is OK by fiat and every time is made up (bytes moved at a
-stand-in bandwidth, the atomic genome slower on short rows so each genome wins a range of N), and
+stand-in bandwidth; the genomes in order win ascending bands of N, so each serves a range), and
 the device is named `STANDIN_DEVICE` so that nothing downstream can mistake it for a measurement.
 The dump is an `evo dump` file (what evo.analysis.load_run reads).
 
-    python -m tests.bwd_standin OUT.json [--cache-dir DIR]
+    python -m tests.bwd_standin OUT.json [--cache-dir DIR] [--genomes SEEDS.json [--keys K1,K2]]
 """
 
 from __future__ import annotations
@@ -33,23 +35,42 @@ STANDIN_TBPS = 3.0          # made-up bandwidth of the stand-in times
 BASELINE_TBPS = 2.5         # made-up bandwidth of the stand-in baseline
 
 
-def standin_genomes(family: Any) -> list[Any]:
-    """DEFAULT (partial rows + the column-sum kernel) and the first EXTREMES genome (atomics)."""
+def standin_genomes(family: Any, seeds: str | Path | None = None, keys: tuple[str, ...] = ()) -> list[Any]:
+    """DEFAULT (partial rows + the column-sum kernel) and the first EXTREMES genome (atomics); or
+    the genomes of seeds files (comma-separated paths of {"genomes": [{"genome": {...}}, ...]}), those
+    whose key starts with one of `keys` when keys are given, in the order of `keys`."""
     from genomes import load_space
 
-    mod = sys.modules[type(family).__module__]
     space = load_space(family.space_name)
-    return [family.default_genome(), space.make(dict(mod.EXTREMES[0]))]
+    if seeds is None:
+        mod = sys.modules[type(family).__module__]
+        return [family.default_genome(), space.make(dict(mod.EXTREMES[0]))]
+    listed = [space.make(e["genome"] if "genome" in e else e)
+              for path in str(seeds).split(",") for e in json.loads(Path(path).read_text())["genomes"]]
+    if not keys:
+        return listed
+    chosen = []
+    for k in keys:
+        hits = [g for g in listed if g.key.startswith(k)]
+        if not hits:
+            raise ValueError(f"--keys: no genome of {seeds} has a key starting with {k!r}")
+        chosen.append(hits[0])
+    return chosen
 
 
-def _times(rank: int, n: int, nbytes: int) -> float:
-    """Stand-in microseconds: genome 0 faster up to N = 4096, genome 1 beyond."""
+def _times(rank: int, band: int, nbytes: int) -> float:
+    """Stand-in microseconds: the genome whose rank is the case's band of N is the fastest."""
     t = nbytes / (STANDIN_TBPS * 1e12) * 1e6
-    faster = (rank == 0) == (n <= 4096)
-    return t * (1.0 if faster else 1.25)
+    return t * (1.0 if rank == band else 1.25)
 
 
-def standin_dump(cache_dir: str | Path) -> dict[str, Any]:
+def _bands(ns: list[int], k: int) -> dict[int, int]:
+    """The distinct N cut into k ascending bands of about equal count: {N: band}."""
+    distinct = sorted(set(ns))
+    return {n: min(k - 1, i * k // len(distinct)) for i, n in enumerate(distinct)}
+
+
+def standin_dump(cache_dir: str | Path, seeds: str | Path | None = None, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """The stand-in record as an `evo dump` mapping (run_id labelled STANDIN)."""
     from evo.config import load_config
     from fitness import objectives
@@ -63,7 +84,9 @@ def standin_dump(cache_dir: str | Path) -> dict[str, Any]:
     family = load_family(cfg.experiment.family)
     cases = family.benchmark_cases(cfg.benchmark.matrix)
     compiler = Compiler(cache_dir, arch=cfg.target.arch, keep_ptx=True)
-    genomes = standin_genomes(family)
+    genomes = standin_genomes(family, seeds, keys)
+    ns = [int(c.params["N"]) for c in cases]
+    band = _bands(ns, len(genomes)) if seeds else {n: int(n > 4096) for n in ns}   # default: DEFAULT up to 4K
     results = compiler.compile_many([(family.render(g), list(family.compile_flags(g))) for g in genomes])
     baseline = cfg.objective.baseline
     evaluations = []
@@ -79,7 +102,7 @@ def standin_dump(cache_dir: str | Path) -> dict[str, Any]:
                 crs.append(CaseResult(case=c.id, status=Status.INVALID, params=dict(c.params), message=UNSUPPORTED))
                 continue
             nbytes = family.bytes_moved(c)
-            t = _times(rank, int(c.params["N"]), nbytes)
+            t = _times(rank, band[int(c.params["N"])], nbytes)
             crs.append(CaseResult(case=c.id, params=dict(c.params), time_us=t, samples=0,
                                   tbps=nbytes / (t * 1e-6) / 1e12,
                                   baselines_us={baseline: nbytes / (BASELINE_TBPS * 1e12) * 1e6},
@@ -99,9 +122,10 @@ def standin_dump(cache_dir: str | Path) -> dict[str, Any]:
                         for i, e in enumerate(evaluations)]}
 
 
-def write_standin(out: str | Path, cache_dir: str | Path) -> Path:
+def write_standin(out: str | Path, cache_dir: str | Path, seeds: str | Path | None = None,
+                  keys: tuple[str, ...] = ()) -> Path:
     out = Path(out)
-    out.write_text(json.dumps(standin_dump(cache_dir), indent=1) + "\n")
+    out.write_text(json.dumps(standin_dump(cache_dir, seeds, keys), indent=1) + "\n")
     return out
 
 
@@ -110,8 +134,18 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", help="the dump to write (JSON)")
     ap.add_argument("--cache-dir", default=".cache/evo-compile", help="the compile cache")
+    ap.add_argument("--genomes", default=None, help="seeds files (comma-separated) whose genomes the stand-in holds (default: "
+                    "the family's DEFAULT and first EXTREMES genome)")
+    ap.add_argument("--keys", default="", help="with --genomes: comma-separated key prefixes to take, in order")
     args = ap.parse_args(argv)
-    print(f"wrote {write_standin(args.out, args.cache_dir)} (a STAND-IN record: no GPU ran)")
+    keys = tuple(k for k in args.keys.split(",") if k)
+    if keys and not args.genomes:
+        ap.error("--keys needs --genomes")
+    try:
+        out = write_standin(args.out, args.cache_dir, args.genomes, keys)
+    except (OSError, ValueError, KeyError) as e:
+        ap.error(str(e))
+    print(f"wrote {out} (a STAND-IN record: no GPU ran)")
     return 0
 
 

@@ -7,13 +7,19 @@
 #   path), then the package's own tests (training: gradcheck, opcheck, y/rstd/dx/dw against float64
 #   on every dispatch range, torch.compile fullgraph, fallbacks, a training step; and the forward's)
 #   and the factory's CPU export tests.
+#   BWD_GENOMES=seeds.json[,more.json] (BWD_KEYS=k1,k2): the stand-in holds those genomes instead, so a
+#   package is checked around genomes no recorded run holds yet (session 26: the pdl genomes of v11).
 #   OUT=... bash experiments/device/train_export_check.sh [FWD_RUN] [BWD_RUN]
 set -o pipefail
 . experiments/device/device_lib.sh
 device_start >/dev/null || exit 1
 FWD=${1:-results/rejudge/rejudge_run.json.gz}
 BWD=${2:-results/rmsnorm_bwd_h200_run.json.gz}
-if [ ! -f "$BWD" ]; then
+if [ -n "${BWD_GENOMES:-}" ]; then
+    BWD=/root/work/bwd_standin.json
+    python3 -m tests.bwd_standin "$BWD" --cache-dir /root/work/cache --genomes "$BWD_GENOMES" \
+        ${BWD_KEYS:+--keys "$BWD_KEYS"} | tail -1 || exit 1
+elif [ ! -f "$BWD" ]; then
     BWD=/root/work/bwd_standin.json
     python3 -m tests.bwd_standin "$BWD" --cache-dir /root/work/cache | tail -1
 fi

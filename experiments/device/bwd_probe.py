@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--random", type=int, default=2, help="seeded random genomes besides DEFAULT and the extremes")
     ap.add_argument("--no-defaults", action="store_true", help="leave DEFAULT and the extremes out")
     ap.add_argument("--seeds", default="", help="a seeds file ({\"genomes\": [{\"genome\": ...}, ...]}) to probe too")
+    ap.add_argument("--skip", type=int, default=0, help="leave out the seeds file's first SKIP genomes (a probe "
+                    "that a call's time limit cut is finished by the next call)")
     ap.add_argument("--baselines", default="int21,torch,roofline")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -48,7 +50,7 @@ def main() -> int:
         genomes = genomes[1 + len(fam.EXTREMES):]
     genomes += [space.make(json.loads(g)) for g in args.genome]
     if args.seeds:
-        listed = json.loads(Path(args.seeds).read_text())["genomes"]
+        listed = json.loads(Path(args.seeds).read_text())["genomes"][args.skip:]
         genomes += [space.make(e["genome"] if "genome" in e else e) for e in listed]
     baselines = [b for b in args.baselines.split(",") if b]
     out: dict = {"dtype": args.dtype, "matrix": args.matrix, "genomes": {}}

@@ -40,8 +40,11 @@ a)
         echo "backward GPU tests rc=$?"; grep -E "passed|failed|TB/s|Error" "$OUT/bwd_gpu.log" | cut -c1-300 | tail -30
     fi
     if [ -n "${PROBE:-}" ]; then     # a seeds file judged on the bf16 cases beside INT21 and the roofline
+        # PROBE_SKIP: the seeds file's first genomes left out; PROBE_BASELINES: torch's autograd (60 ms a call
+        # at 262144) tells a probe nothing, so by default only INT21 and the roofline are timed beside it
         timeout "${PROBE_S:-200}" python3 experiments/device/bwd_probe.py --dtype bf16 --random 0 --no-defaults \
-            --seeds "$PROBE" --out "$OUT/probe.json" > "$OUT/probe.log" 2>&1
+            --seeds "$PROBE" --skip "${PROBE_SKIP:-0}" --baselines "${PROBE_BASELINES:-int21,roofline}" \
+            --out "$OUT/probe.json" > "$OUT/probe.log" 2>&1
         echo "probe rc=$?"; grep -E "^== |roofline" "$OUT/probe.log" | cut -c1-200 | tail -40
     fi
     if [ "${PROFILE_S:-100}" -gt 0 ]; then

@@ -225,22 +225,28 @@ def test_regs_exact_holds_the_row_in_the_exact_entries_only(tmp_path):
         assert lds["scoped"][n] == lds["reread"][n] > lds["held"][n], n
 
 
-def test_v11_seeds_are_the_table_beside_its_v11_twins_with_predictions():
-    """experiments/seeds/rmsnorm_bwd_v11.json, the experiment's seeds: valid v11 genomes with the keys they
-    name, each with a prediction; each twin differs from the table genome it names (session 23's record) only
-    in the v11 genes and values, but for the genes an exploratory seed names under "moves" (its shape)."""
+V11_SEEDS = sorted((REPO / "experiments" / "seeds").glob("rmsnorm_bwd_v11*.json"))
+
+
+@pytest.mark.parametrize("path", V11_SEEDS, ids=[p.stem for p in V11_SEEDS])
+def test_v11_seeds_are_the_table_beside_its_v11_twins_with_predictions(path):
+    """experiments/seeds/rmsnorm_bwd_v11.json, the experiment's seeds, and the probes' seeds files beside it:
+    valid v11 genomes with the keys they name, each with a prediction; each twin differs from the table genome
+    it names (session 23's record) only in the v11 genes and values, but for the genes an exploratory seed
+    names under "moves" (its shape)."""
     import gzip  # noqa: PLC0415
     import json  # noqa: PLC0415
 
     from evo.config import load_config  # noqa: PLC0415
-    path = REPO / "experiments" / "seeds" / "rmsnorm_bwd_v11.json"
-    cfg = load_config(REPO / "experiments" / "rmsnorm_bwd_h200.toml")
-    assert cfg.experiment.space_version == "v11" and str(cfg.search.seed_genomes).endswith("rmsnorm_bwd_v11.json")
     record = json.loads(gzip.decompress((REPO / "results" / "rmsnorm_bwd_h200_run.json.gz").read_bytes()))
     recorded = {e["key"][:8]: SPACE.make(SPACE.complete(e["genome"])) for e in record["evaluations"]}
     seeds = json.loads(path.read_text())["genomes"]
     names = [s["name"] for s in seeds]
-    assert len(names) == len(set(names)) >= 20
+    assert len(names) == len(set(names)) >= 1
+    if path.name == "rmsnorm_bwd_v11.json":
+        cfg = load_config(REPO / "experiments" / "rmsnorm_bwd_h200.toml")
+        assert cfg.experiment.space_version == "v11" and str(cfg.search.seed_genomes).endswith(path.name)
+        assert len(names) >= 20
     allowed = {"specialize", "launch_overlap", "pass2_data"}
     for s in seeds:
         g = SPACE.make(s["genome"])

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# A first call that is worth its start on either GPU: a call that names the H200 kind may get an H100
+# (sessions 25 and 26 did), and the issue's table is the H200's. On an H200: bwd_search.sh's STEP=a (the v11
+# search started; SEARCH_S). On anything else: a probe of ELSE_PROBE's genomes (PROBE_S), unbuffered so that a
+# call's time limit keeps what was printed, then (TRAIN_GENOMES set) the training package checked around those
+# backward genomes (train_export_check.sh with a labelled stand-in record), then (NCU_CALLS set) Nsight
+# Compute on those launches (bwd_ncu.sh: CALLS=NCU_CALLS, SEEDS=ELSE_PROBE).
+# Carry .whl .whlq1 .peers/RMSNorm-H100 (the search's first call; INT21 is built, ~100-120 s).
+#   SEARCH_S=330 ELSE_PROBE=experiments/seeds/rmsnorm_bwd_v11_probe3.json PROBE_S=200 \
+#       bash experiments/device/bwd_any_gpu.sh
+set -o pipefail
+export PYTHONUNBUFFERED=1
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    echo "H200: the search's first call"
+    SNAP=${SNAP:-.} STEP=a TESTS_S=0 PROFILE_S=0 SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh
+    exit $?
+fi
+echo "not an H200 ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)): a probe instead"
+SNAP=${SNAP:-.} STEP=a TESTS_S=0 PROFILE_S=0 PROBE=${ELSE_PROBE:?ELSE_PROBE: a seeds file to probe} \
+    PROBE_S=${PROBE_S:-200} SEARCH_S=0 bash experiments/device/bwd_search.sh
+if [ -n "${TRAIN_GENOMES:-}" ]; then
+    BWD_GENOMES=$TRAIN_GENOMES BWD_KEYS=${TRAIN_KEYS:-} TESTS_S=${TRAIN_S:-150} \
+        timeout $((${TRAIN_S:-150} + 60)) bash experiments/device/train_export_check.sh > "$OUT/train_check.log" 2>&1
+    echo "training drop-in check rc=$?"; grep -E "passed|failed|error" "$OUT/train_check.log" | tail -5
+fi
+if [ -n "${NCU_CALLS:-}" ]; then
+    CALLS=$NCU_CALLS SEEDS=$ELSE_PROBE NCU_S=${NCU_S:-200} bash experiments/device/bwd_ncu.sh
+fi

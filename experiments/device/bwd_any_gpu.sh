@@ -5,7 +5,8 @@
 # call's time limit keeps what was printed, then (TRAIN_GENOMES set) the training package checked around those
 # backward genomes (train_export_check.sh with a labelled stand-in record), then (NCU_CALLS set) Nsight
 # Compute on those launches (bwd_ncu.sh: CALLS=NCU_CALLS, SEEDS=ELSE_PROBE).
-# Carry .whl .whlq1 .peers/RMSNorm-H100 (the search's first call; INT21 is built, ~100-120 s).
+# Carry .whl .whlq4 .peers/RMSNorm-H100 .peers/int21_ext.tgz (INT21 restored; the QuACK parts .whlq1-3 follow
+# in the search's later calls, bwd_search.sh's header).
 #   SEARCH_S=330 ELSE_PROBE=experiments/seeds/rmsnorm_bwd_v11_probe3.json PROBE_S=200 \
 #       bash experiments/device/bwd_any_gpu.sh
 set -o pipefail

@@ -7,7 +7,11 @@
 #   STEP=a [.whl .whlq1 + PEERS] (PROBE=seeds.json: those genomes through bwd_probe.py first, PROBE_S): INT21 restored (or built),
 #          the family's GPU tests (TESTS_K: their -k expression, default bf16), where the judge's CHECK time goes, a new search started (SEARCH_S; 0: none)
 #   (since session 25 the cutlass wheel travels in four parts: STEP=b twice, with .whlq2 then .whlq3, and STEP=c
-#   with .whlq4; REQUIRE_GPU=H200 stops a call that got another GPU)
+#   with .whlq4; REQUIRE_GPU=H200 stops a call that got another GPU. The parts wait in /root/q in any order
+#   and step c installs once all are there, so since session 26 the plan is a [.whl .whlq4 + PEERS], where
+#   int21_ext.tgz fits and INT21 is restored in seconds instead of built in ~120 s, then b [.whlq1
+#   .peers/RMSNorm-H100], b [.whlq2 ...], c [.whlq3 ...]: after the first call INT21 lives in /root/tx and
+#   only its checkout must travel)
 #   STEP=b [.whlq2 + PEERS]: the search resumed for SEARCH_S more seconds (on a fresh machine, from the
 #          committed dump BWD_DUMP, default results/rmsnorm_bwd_h200_run.json.gz: `evo resume DUMP`;
 #          a first call carries .whl too, and .whlq1 when a step c follows)

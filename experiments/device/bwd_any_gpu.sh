@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A first call that is worth its start on either GPU: a call that names the H200 kind may get an H100
 # (sessions 25 and 26 did), and the issue's table is the H200's. On an H200: bwd_search.sh's STEP=a (the v11
-# search started; SEARCH_S). On anything else: a probe of ELSE_PROBE's genomes (PROBE_S), unbuffered so that a
-# call's time limit keeps what was printed, then (TRAIN_GENOMES set) the training package checked around those
+# search started; SEARCH_S). On anything else: a probe of ELSE_PROBE's genomes (PROBE_S; judged 4 at a time, so
+# that a call's time limit keeps the batches done), then (TRAIN_GENOMES set) the training package checked around those
 # backward genomes (train_export_check.sh with a labelled stand-in record), then (NCU_CALLS set) Nsight
 # Compute on those launches (bwd_ncu.sh: CALLS=NCU_CALLS, SEEDS=ELSE_PROBE).
 # Carry .whl .whlq4 .peers/RMSNorm-H100 .peers/int21_ext.tgz (INT21 restored; the QuACK parts .whlq1-3 follow

@@ -33,6 +33,8 @@ def main() -> int:
     ap.add_argument("--seeds", default="", help="a seeds file ({\"genomes\": [{\"genome\": ...}, ...]}) to probe too")
     ap.add_argument("--skip", type=int, default=0, help="leave out the seeds file's first SKIP genomes (a probe "
                     "that a call's time limit cut is finished by the next call)")
+    ap.add_argument("--batch", type=int, default=4, help="genomes a judge call takes (evaluate_in_full returns when "
+                    "its whole batch is judged: smaller batches keep more of a probe that a call's limit cuts)")
     ap.add_argument("--baselines", default="int21,torch,roofline")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -58,7 +60,9 @@ def main() -> int:
     with GPUEvaluator(family, space, matrix=f"{args.matrix}:{args.dtype}", baseline=baselines[0],
                       baselines=baselines, workers=None, timeout_s=600, unsupported_speedup=0.01,
                       cache_dir=ROOT / ".cache" / "evo-compile") as ev:
-        for g, e in zip(genomes, ev.evaluate_in_full(genomes)):
+        judged = (pair for i in range(0, len(genomes), max(1, args.batch))
+                  for pair in zip(genomes[i:i + max(1, args.batch)], ev.evaluate_in_full(genomes[i:i + max(1, args.batch)])))
+        for g, e in judged:
             rows = {}
             print(f"== {g.key[:8]} {e.status.value} {e.message[:160]}")
             print("   " + json.dumps(dict(g.as_dict()), sort_keys=True))

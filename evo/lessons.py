@@ -75,27 +75,38 @@ def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None
     return out + listed_seeds(cfg, space, out, room=room - len(out))
 
 
+def read_seeds_file(path: str | Path, where: str = "") -> list[dict]:
+    """The genomes of a seeds file as written: {"genomes": [...]}, each a genome or an object whose
+    "genome" is one (experiments/seeds/*.json, with their names, keys and predictions beside). A
+    ValueError beginning with `where` (default: the path) says what is wrong with the file;
+    FileNotFoundError where it is missing."""
+    where = where or str(path)
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} is not valid JSON: {exc}") from None
+    items = data.get("genomes") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ValueError(f'{where} must hold an object with a "genomes" list')
+    genomes = [item.get("genome", item) if isinstance(item, dict) else item for item in items]
+    bad = [i for i, g in enumerate(genomes) if not isinstance(g, dict)]
+    if bad:
+        raise ValueError(f"{where}: entries {bad} are not genomes (objects of gene = value)")
+    return genomes
+
+
 def read_seed_genomes(cfg: Config) -> list[dict]:
-    """The genomes of search.seed_genomes, as written (a file of {"genomes": [...]}, each a genome
-    or an object whose "genome" is one); a clear error naming the field for a bad file."""
+    """The genomes of search.seed_genomes (read_seeds_file); a clear error naming the field for a bad file."""
     if not cfg.search.seed_genomes:
         return []
     path = cfg.resolve(cfg.search.seed_genomes)
     where = f"search.seed_genomes: {path}"
     try:
-        data = json.loads(Path(path).read_text())
+        return read_seeds_file(path, where)
     except FileNotFoundError:
         raise ConfigError([f"{where} does not exist (paths are relative to the config file)"], cfg.source) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError([f"{where} is not valid JSON: {exc}"], cfg.source) from None
-    items = data.get("genomes") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        raise ConfigError([f'{where} must hold an object with a "genomes" list'], cfg.source)
-    genomes = [item.get("genome", item) if isinstance(item, dict) else item for item in items]
-    bad = [i for i, g in enumerate(genomes) if not isinstance(g, dict)]
-    if bad:
-        raise ConfigError([f"{where}: entries {bad} are not genomes (objects of gene = value)"], cfg.source)
-    return genomes
+    except ValueError as exc:
+        raise ConfigError([str(exc)], cfg.source) from None
 
 
 def listed_seeds(cfg: Config, space: GeneSpace, seeds: Sequence[Genome], room: int) -> list[Genome]:

@@ -39,14 +39,14 @@ def standin_genomes(family: Any, seeds: str | Path | None = None, keys: tuple[st
     """DEFAULT (partial rows + the column-sum kernel) and the first EXTREMES genome (atomics); or
     the genomes of seeds files (comma-separated paths of {"genomes": [{"genome": {...}}, ...]}), those
     whose key starts with one of `keys` when keys are given, in the order of `keys`."""
+    from evo.lessons import read_seeds_file
     from genomes import load_space
 
     space = load_space(family.space_name)
     if seeds is None:
         mod = sys.modules[type(family).__module__]
         return [family.default_genome(), space.make(dict(mod.EXTREMES[0]))]
-    listed = [space.make(e["genome"] if "genome" in e else e)
-              for path in str(seeds).split(",") for e in json.loads(Path(path).read_text())["genomes"]]
+    listed = [space.make(g) for path in str(seeds).split(",") for g in read_seeds_file(path)]
     if not keys:
         return listed
     chosen = []

@@ -10,7 +10,6 @@
 #   SEARCH_S=330 ELSE_PROBE=experiments/seeds/rmsnorm_bwd_v11_probe3.json PROBE_S=200 \
 #       bash experiments/device/bwd_any_gpu.sh
 set -o pipefail
-export PYTHONUNBUFFERED=1
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     echo "H200: the search's first call"
     SNAP=${SNAP:-.} STEP=a TESTS_S=0 PROFILE_S=0 SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh

@@ -41,6 +41,7 @@ def main() -> int:
 
     from fitness.family import load_family
     from fitness.gpu_evaluator import GPUEvaluator
+    from evo.lessons import read_seeds_file
     from genomes import load_space
 
     base = load_family("rmsnorm_bwd")
@@ -52,16 +53,16 @@ def main() -> int:
         genomes = genomes[1 + len(fam.EXTREMES):]
     genomes += [space.make(json.loads(g)) for g in args.genome]
     if args.seeds:
-        listed = json.loads(Path(args.seeds).read_text())["genomes"][args.skip:]
-        genomes += [space.make(e["genome"] if "genome" in e else e) for e in listed]
+        genomes += [space.make(g) for g in read_seeds_file(args.seeds)[args.skip:]]
     baselines = [b for b in args.baselines.split(",") if b]
     out: dict = {"dtype": args.dtype, "matrix": args.matrix, "genomes": {}}
     t0 = time.time()
     with GPUEvaluator(family, space, matrix=f"{args.matrix}:{args.dtype}", baseline=baselines[0],
                       baselines=baselines, workers=None, timeout_s=600, unsupported_speedup=0.01,
                       cache_dir=ROOT / ".cache" / "evo-compile") as ev:
-        judged = (pair for i in range(0, len(genomes), max(1, args.batch))
-                  for pair in zip(genomes[i:i + max(1, args.batch)], ev.evaluate_in_full(genomes[i:i + max(1, args.batch)])))
+        step = max(1, args.batch)
+        batches = (genomes[i:i + step] for i in range(0, len(genomes), step))
+        judged = (pair for batch in batches for pair in zip(batch, ev.evaluate_in_full(batch)))
         for g, e in judged:
             rows = {}
             print(f"== {g.key[:8]} {e.status.value} {e.message[:160]}")

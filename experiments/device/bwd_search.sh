@@ -35,7 +35,8 @@ require_peers int21 || exit 4
 cd "${SNAP:-.snap}" || exit 1
 device_pythonpath
 mkdir -p /root/work/runs
-CONFIG=${CONFIG:-experiments/rmsnorm_bwd_h200.toml}
+GPU_TAG=${GPU_TAG:-h200}     # names the config and every file a step writes: GPU_TAG=h100 runs experiments/rmsnorm_bwd_h100.toml
+CONFIG=${CONFIG:-experiments/rmsnorm_bwd_${GPU_TAG}.toml}
 case "${STEP:-a}" in
 a)
     if [ "${TESTS_S:-200}" -gt 0 ]; then     # TESTS_S=0: no GPU tests (timeout 0 would mean no limit)
@@ -61,37 +62,37 @@ a)
             > "$OUT/search_a.log" 2>&1
         tail -3 "$OUT/search_a.log"
         ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
-        python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_h200_run.json.gz" | tail -1
+        python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz" | tail -1
     fi ;;
 b)
     if [ -s /root/work/bwd_run_dir ] && [ -d "$(cat /root/work/bwd_run_dir)" ]; then
         timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir)" --quiet \
             > "$OUT/search_b.log" 2>&1
     else        # a fresh machine: the committed dump restored (evo resume DUMP), its seeds not judged again
-        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "${BWD_DUMP:-../results/rmsnorm_bwd_h200_run.json.gz}" \
+        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "${BWD_DUMP:-../results/rmsnorm_bwd_${GPU_TAG}_run.json.gz}" \
             --runs-dir /root/work/runs --config-dir experiments --quiet > "$OUT/search_b.log" 2>&1
         ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
     fi
     tail -3 "$OUT/search_b.log"
-    python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_h200_run.json.gz" | tail -1
+    python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz" | tail -1
     if [ -n "${TRAIN:-}" ]; then
         (cd .. && TESTS_S=${TRAIN_S:-200} bash experiments/device/train_export_check.sh \
-            results/rejudge/rejudge_run.json.gz "$OUT/rmsnorm_bwd_h200_run.json.gz") > "$OUT/train_check.log" 2>&1
+            results/rejudge/rejudge_run.json.gz "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz") > "$OUT/train_check.log" 2>&1
         echo "training drop-in check rc=$?"; grep -E "passed|failed|error" "$OUT/train_check.log" | tail -5
     fi ;;
 c)
     cd .. && install_quack && require_peers quack liger && cd "${SNAP:-.snap}" || exit 4
     RUN=$(cat /root/work/bwd_run_dir)
-    python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_h200_run.json.gz"
+    python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz"
     python3 -m evo.cli dispatch "$RUN" --out "$OUT/rmsnorm_bwd_dispatch.json" | tail -30
     timeout "$((${TABLE_S:-400} + 120))" python3 -m evo.cli table "$RUN" --max-s "${TABLE_S:-400}" \
-        --out "$OUT/rmsnorm_bwd_h200" > "$OUT/table.log" 2>&1
-    echo "table rc=$?"; tail -45 "$OUT/rmsnorm_bwd_h200.md"
+        --out "$OUT/rmsnorm_bwd_${GPU_TAG}" > "$OUT/table.log" 2>&1
+    echo "table rc=$?"; tail -45 "$OUT/rmsnorm_bwd_${GPU_TAG}.md"
     if [ "${FWD_TABLE_S:-0}" -gt 0 ]; then
         timeout "$((FWD_TABLE_S + 120))" python3 -m evo.cli table ../results/rejudge/rejudge_run.json.gz \
             --baselines "${FWD_BASELINES:-torch,quack,int21,copy}" --max-s "$FWD_TABLE_S" \
-            --out "$OUT/rmsnorm_fwd_int21_h200" > "$OUT/fwd_table.log" 2>&1
-        echo "forward table rc=$?"; tail -40 "$OUT/rmsnorm_fwd_int21_h200.md"
+            --out "$OUT/rmsnorm_fwd_int21_${GPU_TAG}" > "$OUT/fwd_table.log" 2>&1
+        echo "forward table rc=$?"; tail -40 "$OUT/rmsnorm_fwd_int21_${GPU_TAG}.md"
     fi ;;
 esac
 if [ -s /root/work/bwd_run_dir ]; then     # (step a with SEARCH_S=0 starts no run)

@@ -18,6 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,31 @@ def time_dispatch(ev: Any, entries: Sequence[DispatchEntry], genomes: Mapping[st
             break
         (e,) = ev.evaluate_cases([g], serves[key])
         print(f"{key}: {len(serves[key])} cases {e.status.value} {e.message[:200]}", flush=True)
+        e = judged_again_alone(ev, g, e)
         results[key] = e
         if on_result is not None:
             on_result(key, e)
     return results
+
+
+def judged_again_alone(ev: Any, genome: Any, e: Any) -> Any:
+    """`e` with each case on which the judge ran out of device memory judged again alone.
+
+    A genome's cases run in one job, one worker process, and what a 2**31-element case leaves
+    behind in it (session 27, an 80 GB H100 beside five baselines: torch held 32 GB that freeing
+    every cache did not give back) can starve the next one; the case is the machine's gap, not the
+    genome's. Such a job asks for a new worker, so each case judged again here starts in a clean
+    process. A case that runs out again keeps that second verdict, with its own message."""
+    again = [cr.case for cr in e.cases if cr.judge_ran_out_of_memory]
+    if not again:
+        return e
+    print(f"{e.key}: the judge ran out of device memory on {', '.join(again)}: each judged again alone", flush=True)
+    fresh = {}
+    for case in again:
+        (r,) = ev.evaluate_cases([genome], [case])
+        fresh.update({cr.case: cr for cr in r.cases})
+        print(f"{e.key}: {case} {fresh[case].status.value if case in fresh else '?'}", flush=True)
+    return replace(e, cases=tuple(fresh.get(cr.case, cr) for cr in e.cases))
 
 
 def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any]) -> dict[str, dict]:

@@ -98,7 +98,7 @@ from fitness.cuda_errors import clear_pending_errors
 from fitness.family import Buffer, BufferSpec, Case, KernelFamily, Launch, kernel_arg, load_family
 from fitness.guarded import GUARD_MIN_BYTES, GuardedBuffer, guard_bytes_for, judge_outputs, spec_dtype  # noqa: F401
 from fitness.jobs import BENCH, CHECK, Job, JobResult, TimingConfig
-from fitness.records import CaseResult, Status
+from fitness.records import JUDGE_OUT_OF_MEMORY, CaseResult, Status
 from fitness.timing import (  # noqa: F401 - re-exported
     CANDIDATE, CHECKED_RANDOM_ROUNDS, MAX_INPUT_SETS, LaunchShield, launch_candidate, median_iqr, rotation_sets,
     time_case)
@@ -679,7 +679,7 @@ class DeviceRunner:
                 parts.append("device: " + ", ".join(f"{k} {format_bytes(v)}" for k, v in use().items()))
             except Exception:  # noqa: BLE001
                 pass
-        return f"judge out of device memory: {'; '.join(parts)}; {after} [{type(exc).__name__}: {first_line(exc)}]"
+        return f"{JUDGE_OUT_OF_MEMORY}: {'; '.join(parts)}; {after} [{type(exc).__name__}: {first_line(exc)}]"
 
     def _bench(self, job: Job, family: KernelFamily, case: Case, steps: Sequence[tuple[Any, Launch]],
                ins: Mapping[str, BufferSpec], outs: Mapping[str, BufferSpec], scratch: Mapping[str, BufferSpec],

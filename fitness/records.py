@@ -29,6 +29,11 @@ class Status(str, Enum):
         return self is Status.OK
 
 
+#: how the judge's message begins when the judge itself, not the candidate, ran out of device memory
+#: on a case (fitness.device: after freeing everything it holds and trying once more)
+JUDGE_OUT_OF_MEMORY = "judge out of device memory"
+
+
 @dataclass(frozen=True)
 class CaseResult:
     """One benchmark case (dtype x shape) of one candidate."""
@@ -44,6 +49,13 @@ class CaseResult:
     max_abs_err: float | None = None
     rel_l2_err: float | None = None
     message: str = ""
+
+    @property
+    def judge_ran_out_of_memory(self) -> bool:
+        """The judge, not the candidate, ran out of device memory on this case: a verdict on the
+        machine (an 80 GB card at a 2**31-element case beside five baselines), which the case
+        judged again alone, in a new worker, may not repeat."""
+        return self.status is Status.RUNTIME_ERROR and self.message.startswith(JUDGE_OUT_OF_MEMORY)
 
     def speedup(self, baseline: str) -> float | None:
         base = self.baselines_us.get(baseline)

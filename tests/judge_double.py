@@ -7,22 +7,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from fitness.records import CaseResult, Evaluation, Status
+from fitness.records import JUDGE_OUT_OF_MEMORY, CaseResult, Evaluation, Status
 
 
 def judge_double(time_of: Callable[[Mapping], float], prefetched: list | None = None,
-                 baselines_us: Mapping[str, float] | None = None) -> type:
+                 baselines_us: Mapping[str, float] | None = None, oom_beside_others: frozenset = frozenset(),
+                 oom_always: frozenset = frozenset()) -> type:
     """A class to monkeypatch over GPUEvaluator: `time_of(genome)` is every case's time;
-    `prefetched` collects the keys the script asks to compile up front."""
+    `prefetched` collects the keys the script asks to compile up front. A case in
+    `oom_beside_others` comes back as the real judge's out-of-memory verdict when it is judged
+    in one job with other cases (as session 27's 2**31-element cases did on an H100), and timed
+    when judged alone; a case in `oom_always` comes back so every time."""
 
     class JudgeDouble:
+        instances: list = []                # every judge the script made, for the test to read
+
         def __init__(self, family, space, **kw):
+            JudgeDouble.instances.append(self)
             from types import SimpleNamespace
 
             from fitness.family import load_family
 
             self.device = ""
             self.calls = 0
+            self.jobs: list[list[str]] = []        # the cases of each evaluate_cases call, in order
             # what the table's case assignment reads: the family's benchmark cases of the matrix asked
             # and the baselines asked (the primary first, as the real judge orders them)
             asked = [kw.get("baseline", "torch"), *(kw.get("baselines") or (baselines_us or {}).keys())]
@@ -48,9 +56,18 @@ def judge_double(time_of: Callable[[Mapping], float], prefetched: list | None = 
             self.calls += 1
             self.device = "test double"
             t = time_of(g)
-            return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=Status.OK,
-                               cases=tuple(CaseResult(case=c, time_us=t, baselines_us=dict(baselines_us or {}),
-                                                      params=dict(params.get(c, {})))
-                                           for c in cases))]
+            self.jobs.append(list(cases))
+
+            def result(c):
+                if c in oom_always or (c in oom_beside_others and len(cases) > 1):
+                    return CaseResult(case=c, status=Status.RUNTIME_ERROR, params=dict(params.get(c, {})),
+                                      message=f"{JUDGE_OUT_OF_MEMORY}: the float64 reference for {c} could not "
+                                              f"get device memory")
+                return CaseResult(case=c, time_us=t, baselines_us=dict(baselines_us or {}),
+                                  params=dict(params.get(c, {})))
+
+            cases_out = tuple(result(c) for c in cases)
+            status = Status.OK if all(c.status is Status.OK for c in cases_out) else Status.RUNTIME_ERROR
+            return [Evaluation(key=g.key, genome=dict(g), space="rmsnorm", status=status, cases=cases_out)]
 
     return JudgeDouble

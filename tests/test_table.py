@@ -114,3 +114,36 @@ def test_the_family_roofline_reference_gives_each_case_its_fraction_of_roofline(
     assert data["roofline"] == "copy"
     assert all(r["fraction_of_roofline"] == pytest.approx(0.95) for r in data["cases"])
     assert data["geomean_fraction_of_roofline"] == pytest.approx(0.95) and data["min_fraction_of_roofline"] == 0.95
+
+
+def test_cases_the_judge_ran_out_of_memory_on_are_judged_again_alone(monkeypatch, tmp_path, capsys):
+    """Session 27, on an 80 GB H100: a genome's seven cases in one job, beside five baselines, and
+    three of its 2**31-element cases found the judge's float64 reference without device memory
+    (torch held 32 GB that freeing every cache did not give back), though the search had judged
+    them on the same card. Such a case is the machine's gap, not the genome's: it is judged again
+    alone (the job asked for a new worker), and only a case that runs out again stays a gap,
+    with the judge's message in its row."""
+    import fitness.gpu_evaluator
+
+    from fitness.records import JUDGE_OUT_OF_MEMORY
+    from tests.judge_double import judge_double
+
+    ids = [c["case"] for c in read_json(RUN)["evaluations"][0]["cases"]]
+    never = ids[-1]
+    double = judge_double(lambda g: 10.0, baselines_us={"torch": 15.0}, oom_beside_others=frozenset(ids),
+                          oom_always=frozenset({never}))
+    monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", double)
+    out = tmp_path / "t"
+    assert evo(["table", str(RUN), "--out", str(out)]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    rows = {r["case"]: r for r in data["cases"]}
+    assert len(rows) == len(ids) == 33
+    assert all(r["status"] == "OK" and r["evolved_us"] == 10.0 for c, r in rows.items() if c != never)
+    assert rows[never]["status"] == "RUNTIME_ERROR" and rows[never]["evolved_us"] is None
+    assert rows[never]["notes"].startswith(JUDGE_OUT_OF_MEMORY)
+    (judge,) = double.instances
+    several = [j for j in judge.jobs if len(j) > 1]
+    alone = [j[0] for j in judge.jobs if len(j) == 1]
+    assert several and all(c in alone for j in several for c in j)     # each case of a shared job again, alone
+    assert sum(never in j for j in judge.jobs) == 2                    # its job, then once alone: no loop
+    assert "judged again alone" in capsys.readouterr().out

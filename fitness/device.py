@@ -679,6 +679,13 @@ class DeviceRunner:
                 parts.append("device: " + ", ".join(f"{k} {format_bytes(v)}" for k, v in use().items()))
             except Exception:  # noqa: BLE001
                 pass
+        alive = getattr(self.backend, "tensors_alive", None)
+        if callable(alive):
+            try:
+                if said := alive():
+                    parts.append(said)
+            except Exception:  # noqa: BLE001
+                pass
         return f"{JUDGE_OUT_OF_MEMORY}: {'; '.join(parts)}; {after} [{type(exc).__name__}: {first_line(exc)}]"
 
     def _bench(self, job: Job, family: KernelFamily, case: Case, steps: Sequence[tuple[Any, Launch]],

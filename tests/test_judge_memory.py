@@ -623,3 +623,43 @@ def test_a_case_run_again_after_out_of_memory_gets_inputs_no_launch_has_seen(mon
     res = r.run(replace(bench_job(family, [family.make_case(*CASE, "fp32")], baselines=()), cubin=b"seeing"))
     assert res.status is Status.OK and failed and len(seen) > 4, res.message
     assert not set(seen[2:]) & set(seen[:2]), "the second attempt launched on inputs the first one saw"
+
+
+class _FakeTensor:
+    """A tensor-like for describe_tensors: dtype, shape, element_size(), nelement()."""
+
+    def __init__(self, dtype: str, shape: tuple, itemsize: int):
+        self.dtype, self.shape, self._itemsize = f"torch.{dtype}", shape, itemsize
+
+    def element_size(self) -> int:
+        return self._itemsize
+
+    def nelement(self) -> int:
+        return int(np.prod(self.shape))
+
+
+def test_describe_tensors_names_the_largest_groups_and_what_holds_one():
+    """Session 27: torch held 32 GB of tensors that freeing every cache did not give back, and the
+    message could not say whose. Now it names the largest tensors and their holder's type."""
+    from fitness.cuda_backend import describe_tensors
+
+    big = [_FakeTensor("float32", (32768, 65536), 4) for _ in range(2)]
+    small = [_FakeTensor("bfloat16", (64, 256), 2) for _ in range(5)]
+
+    def closure():                   # a prepared baseline's callable keeps its tensors in cells
+        return big[0]
+
+    said = describe_tensors([*small, *big])
+    assert said.startswith("7 torch tensors alive on the GPU, 16.00 GiB: 2 x float32[32768, 65536] (8.00 GiB each), "
+                           "5 x bfloat16[64, 256] (32.0 KiB each)")
+    assert "the largest held by" in said and "list" in said
+    assert describe_tensors([]) == "" and closure() is big[0]
+
+
+def test_the_out_of_memory_message_carries_what_the_backend_says_is_alive(monkeypatch):
+    device, family, r = _small_runner(monkeypatch)
+    r.backend.tensors_alive = lambda: "2 torch tensors alive on the GPU, 16.00 GiB: ..."
+    device.inject["reference"] = 2
+    res = r.run(bench_job(family, [family.make_case(*CASE, "fp32")]))
+    assert res.cases[0].judge_ran_out_of_memory
+    assert "; 2 torch tensors alive on the GPU, 16.00 GiB: ...;" in res.cases[0].message

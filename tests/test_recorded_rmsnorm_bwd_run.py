@@ -142,3 +142,25 @@ def test_session23_record_replays_with_every_exact_twin_beside_its_run_time_twin
     assert missing == {"fp32/8192x262144"}
     bad = [e for e in by_key.values() if e.status is not Status.OK]
     assert len(bad) == 5 and all(e.status is Status.INVALID and "spills" in e.message for e in bad)
+
+
+def test_session27_h100_record_replays_its_seeds_judged_in_full():
+    """Session 27's v11 run on an H100 (experiments/rmsnorm_bwd_h100.toml: the H200 search with [target] gpu =
+    H100; results/rmsnorm_bwd_h100_run.json.gz) replays verdict for verdict: the first 20 of the 31 seeds of
+    experiments/seeds/rmsnorm_bwd_v11.json, judged in full in their order beside INT21, every one OK on the
+    H100; results/rmsnorm_bwd_h100.md is its table. The exact entries that do not fit a case are that
+    case's INVALID (counted at 0.01x), never the genome's failure."""
+    import json as _json  # noqa: PLC0415
+
+    path = REPO / "results" / "rmsnorm_bwd_h100_run.json.gz"
+    recording = json.loads(gzip.decompress(path.read_bytes()))
+    assert recording["config"]["target"]["gpu"] == "H100"
+    store, _ = replay_recording(recording, path, REPO / "experiments" / "rmsnorm_bwd_h100.toml")[:2]
+    by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
+    for r in store.records("replay"):
+        assert r.evaluation.status is by_key[r.key].status
+    space = load_space("rmsnorm_bwd", "v11")
+    seeds = _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v11.json").read_text())["genomes"]
+    assert [e["key"] for e in recording["evaluations"]] == [space.make(s["genome"]).key for s in seeds[:20]]
+    assert all(e.status is Status.OK and e.device.startswith("NVIDIA H100") for e in by_key.values())
+    assert all(c.status in (Status.OK, Status.INVALID) for e in by_key.values() for c in e.cases)

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from fitness import dtypes  # noqa: PLC0415
     from fitness.compile import Compiler  # noqa: PLC0415
     from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
-    from fitness.device import as_launches, resolve_args  # noqa: PLC0415
+    from fitness.device import as_launches, prepare_overlaps, resolve_args  # noqa: PLC0415
     from fitness.guarded import spec_dtype  # noqa: PLC0415
     from fitness.timing import launch_candidate  # noqa: PLC0415
 
@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 kernel = backend.get_kernel(module, one.kernel)
                 backend.prepare_kernel(kernel, one)
                 steps.append((kernel, one))
+            prepare_overlaps(backend, steps)          # pdl's carveout, as the judge asks it
             args_ = [resolve_args(one, bufs) for _, one in steps]
             fn = (lambda steps=steps, args_=args_, module=module: launch_candidate(backend, steps, args_))
         for _ in range(2):                         # first-launch costs outside the profiled range

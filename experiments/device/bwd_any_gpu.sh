@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
 # A first call that is worth its start on either GPU: a call that names the H200 kind may get an H100
-# (sessions 25 and 26 did), and the issue's table is the H200's. On an H200: bwd_search.sh's STEP=a (the v11
-# search started; SEARCH_S). On anything else: a probe of ELSE_PROBE's genomes (PROBE_S; judged 4 at a time, so
-# that a call's time limit keeps the batches done), then (TRAIN_GENOMES set) the training package checked around those
-# backward genomes (train_export_check.sh with a labelled stand-in record), then (NCU_CALLS set) Nsight
-# Compute on those launches (bwd_ncu.sh: CALLS=NCU_CALLS, SEEDS=ELSE_PROBE).
+# (sessions 25-27 did). On an H200: bwd_search.sh's STEP=a (the v11 search of experiments/rmsnorm_bwd_h200.toml
+# started; SEARCH_S). On anything else (an H100): first, if ELSE_PROBE is set, a probe of its genomes (PROBE_S;
+# judged 4 at a time, so that a call's time limit keeps the batches done); then the H100 search
+# (experiments/rmsnorm_bwd_h100.toml) resumed from its committed dump, results/rmsnorm_bwd_h100_run.json.gz
+# (STEP=b GPU_TAG=h100, SEARCH_S; its judged seeds are not judged again); then (TRAIN_GENOMES set) the training
+# package checked around those backward genomes (train_export_check.sh with a labelled stand-in record), then
+# (NCU_CALLS set) Nsight Compute on those launches (bwd_ncu.sh: CALLS=NCU_CALLS, SEEDS=ELSE_PROBE).
+# The first line says which GPU_TAG the later calls pass to bwd_search.sh (with REQUIRE_GPU, upper case).
 # Carry .whl .whlq4 .peers/RMSNorm-H100 .peers/int21_ext.tgz (INT21 restored; the QuACK parts .whlq1-3 follow
 # in the search's later calls, bwd_search.sh's header).
-#   SEARCH_S=330 ELSE_PROBE=experiments/seeds/rmsnorm_bwd_v11_probe3.json PROBE_S=200 \
-#       bash experiments/device/bwd_any_gpu.sh
+#   SEARCH_S=330 bash experiments/device/bwd_any_gpu.sh
 set -o pipefail
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    echo "H200: the search's first call"
-    SNAP=${SNAP:-.} STEP=a TESTS_S=0 PROFILE_S=0 SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh
+    echo "GPU_TAG=h200: the search's first call"
+    SNAP=${SNAP:-.} GPU_TAG=h200 STEP=a TESTS_S=0 PROFILE_S=0 SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh
     exit $?
 fi
-echo "not an H200 ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)): a probe instead"
-SNAP=${SNAP:-.} STEP=a TESTS_S=0 PROFILE_S=0 PROBE=${ELSE_PROBE:?ELSE_PROBE: a seeds file to probe} \
-    PROBE_S=${PROBE_S:-200} SEARCH_S=0 bash experiments/device/bwd_search.sh
+echo "GPU_TAG=h100: not an H200 ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)): the H100 search"
+if [ -n "${ELSE_PROBE:-}" ]; then
+    SNAP=${SNAP:-.} STEP=a TESTS_S=0 PROFILE_S=0 PROBE=$ELSE_PROBE PROBE_S=${PROBE_S:-200} SEARCH_S=0 \
+        bash experiments/device/bwd_search.sh
+fi
+if [ "${SEARCH_S:-330}" -gt 0 ]; then
+    SNAP=${SNAP:-.} GPU_TAG=h100 REQUIRE_GPU=H100 STEP=b SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh
+fi
 if [ -n "${TRAIN_GENOMES:-}" ]; then
     BWD_GENOMES=$TRAIN_GENOMES BWD_KEYS=${TRAIN_KEYS:-} TESTS_S=${TRAIN_S:-150} \
         timeout $((${TRAIN_S:-150} + 60)) bash experiments/device/train_export_check.sh > "$OUT/train_check.log" 2>&1

@@ -32,7 +32,8 @@ device_start >/dev/null || exit 1
 . experiments/device/peers_build.sh > "$OUT/int21.log" 2>&1; tail -1 "$OUT/int21.log"
 export EVO_INT21_ROOT=$PWD/.peers/RMSNorm-H100
 require_peers int21 || exit 4
-cd "${SNAP:-.snap}" || exit 1
+ROOT=$PWD          # the checkout; SNAP (default .snap, or . for the checkout itself) is where the steps run
+cd "$ROOT/${SNAP:-.snap}" || exit 1
 device_pythonpath
 mkdir -p /root/work/runs
 GPU_TAG=${GPU_TAG:-h200}     # names the config and every file a step writes: GPU_TAG=h100 runs experiments/rmsnorm_bwd_h100.toml
@@ -69,19 +70,19 @@ b)
         timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir)" --quiet \
             > "$OUT/search_b.log" 2>&1
     else        # a fresh machine: the committed dump restored (evo resume DUMP), its seeds not judged again
-        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "${BWD_DUMP:-../results/rmsnorm_bwd_${GPU_TAG}_run.json.gz}" \
+        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "${BWD_DUMP:-$ROOT/results/rmsnorm_bwd_${GPU_TAG}_run.json.gz}" \
             --runs-dir /root/work/runs --config-dir experiments --quiet > "$OUT/search_b.log" 2>&1
         ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
     fi
     tail -3 "$OUT/search_b.log"
     python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz" | tail -1
     if [ -n "${TRAIN:-}" ]; then
-        (cd .. && TESTS_S=${TRAIN_S:-200} bash experiments/device/train_export_check.sh \
+        (cd "$ROOT" && TESTS_S=${TRAIN_S:-200} bash experiments/device/train_export_check.sh \
             results/rejudge/rejudge_run.json.gz "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz") > "$OUT/train_check.log" 2>&1
         echo "training drop-in check rc=$?"; grep -E "passed|failed|error" "$OUT/train_check.log" | tail -5
     fi ;;
 c)
-    cd .. && install_quack && require_peers quack liger && cd "${SNAP:-.snap}" || exit 4
+    cd "$ROOT" && install_quack && require_peers quack liger && cd "$ROOT/${SNAP:-.snap}" || exit 4
     RUN=$(cat /root/work/bwd_run_dir)
     python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz"
     python3 -m evo.cli dispatch "$RUN" --out "$OUT/rmsnorm_bwd_dispatch.json" | tail -30
@@ -89,7 +90,7 @@ c)
         --out "$OUT/rmsnorm_bwd_${GPU_TAG}" > "$OUT/table.log" 2>&1
     echo "table rc=$?"; tail -45 "$OUT/rmsnorm_bwd_${GPU_TAG}.md"
     if [ "${FWD_TABLE_S:-0}" -gt 0 ]; then
-        timeout "$((FWD_TABLE_S + 120))" python3 -m evo.cli table ../results/rejudge/rejudge_run.json.gz \
+        timeout "$((FWD_TABLE_S + 120))" python3 -m evo.cli table "$ROOT/results/rejudge/rejudge_run.json.gz" \
             --baselines "${FWD_BASELINES:-torch,quack,int21,copy}" --max-s "$FWD_TABLE_S" \
             --out "$OUT/rmsnorm_fwd_int21_${GPU_TAG}" > "$OUT/fwd_table.log" 2>&1
         echo "forward table rc=$?"; tail -40 "$OUT/rmsnorm_fwd_int21_${GPU_TAG}.md"

@@ -72,3 +72,26 @@ def test_require_peers_ends_a_call_whose_peers_cannot_be_imported(tmp_path):
     assert lines[1].startswith("peer int21: MISSING (RuntimeError: INT21's RMSNorm-H100 checkout is missing")
     assert lines[2].startswith("peer no_such_peer_module: MISSING (ModuleNotFoundError")
     assert lines[3:] == ["rc=4", "peer json: ok", "rc=0"], res.stdout + res.stderr
+
+
+def test_out_within_limit_packs_more_than_eight_files_into_one(tmp_path):
+    """The device returns at most 8 files from $OUT and drops the rest ("count": session 27 lost a probe
+    log that way). `out_within_limit` leaves 8 alone and packs 9 or more into $OUT/out.tgz."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash not found")
+    for n, packed in ((8, False), (10, True)):
+        out = tmp_path / f"out{n}"
+        out.mkdir()
+        for i in range(n):
+            (out / f"f{i}.log").write_text(str(i))
+        res = subprocess.run(["bash", "-c", f". {REPO}/experiments/device/device_lib.sh && OUT={out} out_within_limit"],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        names = sorted(p.name for p in out.iterdir())
+        if not packed:
+            assert len(names) == 8 and res.stdout == ""
+            continue
+        assert names == ["out.tgz"] and "10 files" in res.stdout
+        with tarfile.open(out / "out.tgz") as archive:
+            assert sorted(m.name for m in archive.getmembers()) == sorted(f"f{i}.log" for i in range(n))
+            assert archive.extractfile("f9.log").read() == b"9"

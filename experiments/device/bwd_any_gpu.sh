@@ -33,3 +33,4 @@ fi
 if [ -n "${NCU_CALLS:-}" ]; then
     CALLS=$NCU_CALLS SEEDS=$ELSE_PROBE NCU_S=${NCU_S:-200} bash experiments/device/bwd_ncu.sh
 fi
+. experiments/device/device_lib.sh && out_within_limit

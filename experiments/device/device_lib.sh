@@ -129,3 +129,15 @@ dispatch_playoff() {
     # one archive: a call returns at most 8 files and call C already writes 7
     tar -C /root/work -czf "$OUT/playoff.tgz" playoff.json playoff.md playoff.log rmsnorm_dispatch.json
 }
+
+# The device returns at most 8 files from $OUT (more: "count", and those files are lost: session 27's probe log).
+# Called at the end of a script that may write more: with more than 8 files, every file of $OUT goes into one
+# $OUT/out.tgz (untar it here); with 8 or fewer, nothing changes.
+out_within_limit() {
+    local n
+    n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+    [ "$n" -le 8 ] && return 0
+    (cd "$OUT" && find . -maxdepth 1 -type f ! -name out.tgz -printf '%P\n' | sort > /tmp/out_files.txt \
+        && tar czf out.tgz -T /tmp/out_files.txt && xargs rm -f < /tmp/out_files.txt) || return 1
+    echo "$n files in \$OUT, more than the 8 a call returns: all of them in \$OUT/out.tgz"
+}

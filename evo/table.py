@@ -62,7 +62,7 @@ def judged_again_alone(ev: Any, genome: Any, e: Any) -> Any:
     """`e` with each case on which the judge ran out of device memory judged again alone.
 
     A genome's cases run in one job, one worker process, and what a 2**31-element case leaves
-    behind in it (session 27, an 80 GB H100 beside five baselines: torch held 32 GB that freeing
+    behind in it (session 27, an 80 GB H100 beside five baselines: torch held 24-32 GB that freeing
     every cache did not give back) can starve the next one; the case is the machine's gap, not the
     genome's. Such a job asks for a new worker, so each case judged again here starts in a clean
     process. A case that runs out again keeps that second verdict, with its own message."""
@@ -168,7 +168,18 @@ def markdown(summary: Mapping[str, Any]) -> str:
     for n in names:
         lines.append(f"| {n} | {f(summary.get(f'geomean_speedup_vs_{n}'), '{:.3f}')} | "
                      f"{f(summary.get(f'min_speedup_vs_{n}'), '{:.3f}')} | {summary.get(f'cases_vs_{n}', '-')} |")
+    untimed = [r for r in summary["cases"] if r.get("evolved_us") is None]
+    if untimed:      # a row of dashes says nothing: why each case has no time (the judge's own words, cut)
+        lines += ["", f"Cases without a time ({len(untimed)}):", ""]
+        lines += [f"- {r['case']} (`{r['genome_key'][:8]}`): {r['status']}: {_first_words(r.get('notes') or '')}"
+                  for r in untimed]
     return "\n".join(lines) + "\n"
+
+
+def _first_words(text: str, limit: int = 240) -> str:
+    """The start of a judge's message for one line of markdown (pipes and newlines flattened)."""
+    flat = " ".join(str(text).replace("|", "/").split())
+    return flat if len(flat) <= limit else flat[:limit].rstrip() + " ..."
 
 
 def build_table(source: str, out: str, *, playoff: str | None = None, baselines: Sequence[str] | None = None,

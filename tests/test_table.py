@@ -147,3 +147,20 @@ def test_cases_the_judge_ran_out_of_memory_on_are_judged_again_alone(monkeypatch
     assert several and all(c in alone for j in several for c in j)     # each case of a shared job again, alone
     assert sum(never in j for j in judge.jobs) == 2                    # its job, then once alone: no loop
     assert "judged again alone" in capsys.readouterr().out
+
+
+def test_the_markdown_says_why_a_case_has_no_time():
+    """Session 27's H100 table showed five rows of dashes and no reason; the reasons (the judge's out of
+    memory, a genome whose entries do not fit the row) were only in the JSON."""
+    from evo.table import markdown
+
+    rows = [{"case": "bf16/32768x65536", "genome_key": "93511870abc", "status": "RUNTIME_ERROR", "evolved_us": None,
+             "evolved_tbps": None, "notes": "judge out of device memory: the float64 reference | for it\nfailed"},
+            {"case": "bf16/32768x256", "genome_key": "aa8471eaabc", "status": "OK", "evolved_us": 24.9,
+             "evolved_tbps": 2.03, "notes": "ok"}]
+    text = markdown({"family": "f", "run_id": "r", "gpu": "g", "command": "c", "baselines": [], "cases": rows})
+    assert ("Cases without a time (1):\n\n- bf16/32768x65536 (`93511870`): RUNTIME_ERROR: judge out of device memory: "
+            "the float64 reference / for it failed\n") in text
+    assert "bf16/32768x256 (" not in text
+    full = markdown({"family": "f", "run_id": "r", "gpu": "g", "command": "c", "baselines": [], "cases": rows[1:]})
+    assert "without a time" not in full

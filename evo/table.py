@@ -51,31 +51,57 @@ def time_dispatch(ev: Any, entries: Sequence[DispatchEntry], genomes: Mapping[st
             break
         (e,) = ev.evaluate_cases([g], serves[key])
         print(f"{key}: {len(serves[key])} cases {e.status.value} {e.message[:200]}", flush=True)
-        e = judged_again_alone(ev, g, e)
         results[key] = e
         if on_result is not None:
-            on_result(key, e)
+            on_result(key, e)            # published before any case is judged again: a limit keeps it
+        again = judged_again_alone(ev, g, e, serves[key], deadline=t0 + max_s if max_s else None)
+        if again is not e:
+            results[key] = again
+            if on_result is not None:
+                on_result(key, again)
     return results
 
 
-def judged_again_alone(ev: Any, genome: Any, e: Any) -> Any:
-    """`e` with each case on which the judge ran out of device memory judged again alone.
+def judged_again_alone(ev: Any, genome: Any, e: Any, served: Sequence[str], deadline: float | None = None) -> Any:
+    """`e` with each of its `served` cases on which the judge ran out of device memory judged
+    again alone (the others, and `e`'s status and message, as they were).
 
     A genome's cases run in one job, one worker process, and what a 2**31-element case leaves
     behind in it (session 27, an 80 GB H100 beside five baselines: torch held 24-32 GB that freeing
     every cache did not give back) can starve the next one; the case is the machine's gap, not the
-    genome's. Such a job asks for a new worker, so each case judged again here starts in a clean
-    process. A case that runs out again keeps that second verdict, with its own message."""
-    again = [cr.case for cr in e.cases if cr.judge_ran_out_of_memory]
+    genome's. A job in which the judge ran out asks for a new worker, so the first case judged
+    again starts in a clean process; a later one follows a case judged in full in the same worker,
+    so if it runs out there it is judged once more, in the new worker that asked for. A case that
+    runs out in a clean worker keeps that verdict, with its message. Past `deadline` (time.time()),
+    or when the judge raises, a case keeps the verdict it has."""
+    again = [cr.case for cr in e.cases if cr.judge_ran_out_of_memory and cr.case in served]
     if not again:
         return e
     print(f"{e.key}: the judge ran out of device memory on {', '.join(again)}: each judged again alone", flush=True)
-    fresh = {}
+    got: dict[str, Any] = {}
+    clean = True                         # the worker is new: the job before ran out of memory
     for case in again:
-        (r,) = ev.evaluate_cases([genome], [case])
-        fresh.update({cr.case: cr for cr in r.cases})
-        print(f"{e.key}: {case} {fresh[case].status.value if case in fresh else '?'}", flush=True)
-    return replace(e, cases=tuple(fresh.get(cr.case, cr) for cr in e.cases))
+        for _ in range(2):
+            if deadline is not None and time.time() > deadline:
+                print(f"{e.key}: --max-s reached: {case} keeps its verdict", flush=True)
+                break
+            try:
+                (r,) = ev.evaluate_cases([genome], [case])
+            except Exception as exc:  # noqa: BLE001 - the table keeps what it has; the reason is printed
+                print(f"{e.key}: {case} could not be judged again ({type(exc).__name__}: {exc}): it keeps its verdict",
+                      flush=True)
+                break
+            cr = next((c for c in r.cases if c.case == case), None)
+            if cr is None:
+                break
+            got[case] = cr
+            was_clean, clean = clean, cr.judge_ran_out_of_memory
+            print(f"{e.key}: {case} {cr.status.value}", flush=True)
+            if not (cr.judge_ran_out_of_memory and not was_clean):
+                break
+    if not got:
+        return e
+    return replace(e, cases=tuple(got.get(cr.case, cr) for cr in e.cases))
 
 
 def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any]) -> dict[str, dict]:
@@ -228,9 +254,11 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
 
         with Progress(len(genomes), "evo table", "genomes") as bar:
             def took(key: str, e: Any) -> None:
+                first = key not in results          # a genome's cases judged again publish a second time
                 results[key] = e
                 publish(final=False)
-                bar.advance()
+                if first:
+                    bar.advance()
             time_dispatch(ev, entries, genomes, wanted, on_result=took, max_s=max_s)
         text = publish(final=True)
         for name, why in missing_baselines(ev.settings.baselines, case_rows(entries, results)).items():

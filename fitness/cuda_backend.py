@@ -148,23 +148,43 @@ def format_bytes(nbytes: int | None) -> str:
     return f"{n} B"
 
 
-def describe_tensors(tensors: Any, top: int = 3) -> str:
+def describe_tensors(tensors: list, top: int = 3) -> str:
     """'' or one clause for an out-of-memory message: how many tensors, how many bytes, the `top`
     largest groups of one dtype and shape, and what refers to one of the largest (the types of
-    its referrers: a cell is a closure's, a frame an exception's traceback). Tensor-likes:
-    `dtype`, `shape`, `element_size()`, `nelement()`."""
+    its referrers other than `tensors` itself: a cell is a closure's, a frame an exception's
+    traceback, a dict an object's attributes). Tensor-likes: `dtype`, `shape`, `element_size()`,
+    `nelement()`; views of one storage (`untyped_storage().data_ptr()`, where there is one) count
+    once, at the size of the largest."""
     groups: dict[tuple[str, tuple], list] = {}
+    seen: dict[int, int] = {}                       # storage pointer -> index of its largest view
+    kept: list = []
     for t in tensors:
+        try:
+            ptr = int(t.untyped_storage().data_ptr())
+        except Exception:  # noqa: BLE001 - a tensor-like without storage: its own entry
+            ptr = None
+        if ptr is not None and ptr in seen:
+            i = seen[ptr]
+            if t.element_size() * t.nelement() > kept[i].element_size() * kept[i].nelement():
+                kept[i] = t
+            continue
+        if ptr is not None:
+            seen[ptr] = len(kept)
+        kept.append(t)
+    for t in kept:
         groups.setdefault((str(t.dtype).replace("torch.", ""), tuple(t.shape)), []).append(t)
+    t = None                                        # this frame is not a holder
     if not groups:
         return ""
     size = {k: int(v[0].element_size()) * int(v[0].nelement()) for k, v in groups.items()}
     total = sum(size[k] * len(v) for k, v in groups.items())
     order = sorted(groups, key=lambda k: -size[k] * len(groups[k]))
     parts = [f"{len(groups[k])} x {k[0]}{list(k[1])} ({format_bytes(size[k])} each)" for k in order[:top]]
+    mine = {id(tensors), id(kept), *(id(v) for v in groups.values())}
+    here = sys._getframe()
     held = sorted({type(r).__name__ for r in gc.get_referrers(groups[order[0]][0])
-                   if r is not groups[order[0]]})
-    return (f"{sum(map(len, groups.values()))} torch tensors alive on the GPU, {format_bytes(total)}: "
+                   if id(r) not in mine and r is not here})
+    return (f"{len(kept)} torch tensors alive on the GPU, {format_bytes(total)}: "
             f"{', '.join(parts)}; the largest held by {', '.join(held) or 'nothing found'}")
 
 

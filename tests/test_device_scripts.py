@@ -74,24 +74,33 @@ def test_require_peers_ends_a_call_whose_peers_cannot_be_imported(tmp_path):
     assert lines[3:] == ["rc=4", "peer json: ok", "rc=0"], res.stdout + res.stderr
 
 
-def test_out_within_limit_packs_more_than_eight_files_into_one(tmp_path):
+def test_out_within_limit_packs_the_small_files_beyond_eight_into_one(tmp_path):
     """The device returns at most 8 files from $OUT and drops the rest ("count": session 27 lost a probe
-    log that way). `out_within_limit` leaves 8 alone and packs 9 or more into $OUT/out.tgz."""
+    log that way). `out_within_limit` leaves 8 alone; of 11 (one in a folder, one with a space in its
+    name) it keeps the 7 largest and packs the other 4 into $OUT/more_files.tgz, a name not yet taken."""
     if shutil.which("bash") is None:
         pytest.skip("bash not found")
-    for n, packed in ((8, False), (10, True)):
+    for n, packed in ((8, False), (11, True)):
         out = tmp_path / f"out{n}"
-        out.mkdir()
-        for i in range(n):
-            (out / f"f{i}.log").write_text(str(i))
+        (out / "sub").mkdir(parents=True)
+        names = [f"f{i}.log" for i in range(n - 2)] + ["sub/deep.log", "a name.log"]
+        for i, name in enumerate(names):
+            (out / name).write_text("x" * (100 * (i + 1)))          # f0.log the smallest, "a name.log" the largest
+        if packed:
+            (out / "more_files.tgz").write_text("an archive of the script's own")
+            names.append("more_files.tgz")
         res = subprocess.run(["bash", "-c", f". {REPO}/experiments/device/device_lib.sh && OUT={out} out_within_limit"],
                              capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
-        names = sorted(p.name for p in out.iterdir())
+        left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
         if not packed:
-            assert len(names) == 8 and res.stdout == ""
+            assert left == sorted(names) and res.stdout == ""
             continue
-        assert names == ["out.tgz"] and "10 files" in res.stdout
-        with tarfile.open(out / "out.tgz") as archive:
-            assert sorted(m.name for m in archive.getmembers()) == sorted(f"f{i}.log" for i in range(n))
-            assert archive.extractfile("f9.log").read() == b"9"
+        assert "12 files under $OUT" in res.stdout and "5 in $OUT/more_files_2.tgz" in res.stdout
+        with tarfile.open(out / "more_files_2.tgz") as archive:      # the name taken: a new one, the old packed
+            assert sorted(m.name for m in archive.getmembers()) == ["f0.log", "f1.log", "f2.log", "f3.log",
+                                                                    "more_files.tgz"]
+            assert archive.extractfile("f0.log").read() == b"x" * 100
+            assert archive.extractfile("more_files.tgz").read() == b"an archive of the script's own"
+        assert left == sorted(["a name.log", "sub/deep.log", "f4.log", "f5.log", "f6.log", "f7.log", "f8.log",
+                               "more_files_2.tgz"])

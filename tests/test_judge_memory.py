@@ -628,8 +628,13 @@ def test_a_case_run_again_after_out_of_memory_gets_inputs_no_launch_has_seen(mon
 class _FakeTensor:
     """A tensor-like for describe_tensors: dtype, shape, element_size(), nelement()."""
 
-    def __init__(self, dtype: str, shape: tuple, itemsize: int):
-        self.dtype, self.shape, self._itemsize = f"torch.{dtype}", shape, itemsize
+    def __init__(self, dtype: str, shape: tuple, itemsize: int, storage: int = 0):
+        self.dtype, self.shape, self._itemsize, self._storage = f"torch.{dtype}", shape, itemsize, storage
+
+    def untyped_storage(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(data_ptr=lambda: self._storage)
 
     def element_size(self) -> int:
         return self._itemsize
@@ -639,21 +644,21 @@ class _FakeTensor:
 
 
 def test_describe_tensors_names_the_largest_groups_and_what_holds_one():
-    """Session 27: torch held 32 GB of tensors that freeing every cache did not give back, and the
-    message could not say whose. Now it names the largest tensors and their holder's type."""
+    """Session 27: torch held 24-32 GB of tensors that freeing every cache did not give back, and
+    the message could not say whose. Now it names the largest tensors and their holder's type (here
+    a closure's cell; the list handed in is not a holder), and views of one storage count once."""
     from fitness.cuda_backend import describe_tensors
 
-    big = [_FakeTensor("float32", (32768, 65536), 4) for _ in range(2)]
-    small = [_FakeTensor("bfloat16", (64, 256), 2) for _ in range(5)]
+    def holder(t):                  # a prepared baseline's callable keeps its tensors in cells
+        return lambda: t
 
-    def closure():                   # a prepared baseline's callable keeps its tensors in cells
-        return big[0]
-
-    said = describe_tensors([*small, *big])
-    assert said.startswith("7 torch tensors alive on the GPU, 16.00 GiB: 2 x float32[32768, 65536] (8.00 GiB each), "
-                           "5 x bfloat16[64, 256] (32.0 KiB each)")
-    assert "the largest held by" in said and "list" in said
-    assert describe_tensors([]) == "" and closure() is big[0]
+    keep = [holder(_FakeTensor("float32", (32768, 65536), 4, storage=i)) for i in range(2)]
+    small = [_FakeTensor("bfloat16", (64, 256), 2, storage=10 + i) for i in range(5)]
+    view = _FakeTensor("bfloat16", (64, 128), 2, storage=10)           # half of small[0]: not counted again
+    said = describe_tensors([keep[0](), keep[1](), *small, view])
+    assert said == ("7 torch tensors alive on the GPU, 16.00 GiB: 2 x float32[32768, 65536] (8.00 GiB each), "
+                    "5 x bfloat16[64, 256] (32.0 KiB each); the largest held by cell")
+    assert describe_tensors([]) == ""
 
 
 def test_the_out_of_memory_message_carries_what_the_backend_says_is_alive(monkeypatch):

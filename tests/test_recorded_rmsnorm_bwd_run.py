@@ -155,7 +155,8 @@ def test_session27_h100_record_replays_its_seeds_judged_in_full():
     path = REPO / "results" / "rmsnorm_bwd_h100_run.json.gz"
     recording = json.loads(gzip.decompress(path.read_bytes()))
     assert recording["config"]["target"]["gpu"] == "H100"
-    store, _ = replay_recording(recording, path, REPO / "experiments" / "rmsnorm_bwd_h100.toml")[:2]
+    store, _, recorded, replayed = replay_recording(recording, path, REPO / "experiments" / "rmsnorm_bwd_h100.toml")
+    assert len(recorded) == 20 and replayed == recorded             # the same asks, in the same order
     by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
     for r in store.records("replay"):
         assert r.evaluation.status is by_key[r.key].status

@@ -119,10 +119,10 @@ def test_the_family_roofline_reference_gives_each_case_its_fraction_of_roofline(
 def test_cases_the_judge_ran_out_of_memory_on_are_judged_again_alone(monkeypatch, tmp_path, capsys):
     """Session 27, on an 80 GB H100: a genome's seven cases in one job, beside five baselines, and
     three of its 2**31-element cases found the judge's float64 reference without device memory
-    (torch held 32 GB that freeing every cache did not give back), though the search had judged
+    (torch held 24-32 GB that freeing every cache did not give back), though the search had judged
     them on the same card. Such a case is the machine's gap, not the genome's: it is judged again
-    alone (the job asked for a new worker), and only a case that runs out again stays a gap,
-    with the judge's message in its row."""
+    alone, once more if that was not in a clean worker, and only a case that runs out in a clean
+    worker stays a gap, with the judge's message in its row. The other cases are judged once."""
     import fitness.gpu_evaluator
 
     from fitness.records import JUDGE_OUT_OF_MEMORY
@@ -130,7 +130,8 @@ def test_cases_the_judge_ran_out_of_memory_on_are_judged_again_alone(monkeypatch
 
     ids = [c["case"] for c in read_json(RUN)["evaluations"][0]["cases"]]
     never = ids[-1]
-    double = judge_double(lambda g: 10.0, baselines_us={"torch": 15.0}, oom_beside_others=frozenset(ids),
+    short = frozenset(c for i, c in enumerate(ids[:-1]) if i % 3)     # two cases in three run out beside others
+    double = judge_double(lambda g: 10.0, baselines_us={"torch": 15.0}, oom_beside_others=short,
                           oom_always=frozenset({never}))
     monkeypatch.setattr(fitness.gpu_evaluator, "GPUEvaluator", double)
     out = tmp_path / "t"
@@ -142,10 +143,12 @@ def test_cases_the_judge_ran_out_of_memory_on_are_judged_again_alone(monkeypatch
     assert rows[never]["status"] == "RUNTIME_ERROR" and rows[never]["evolved_us"] is None
     assert rows[never]["notes"].startswith(JUDGE_OUT_OF_MEMORY)
     (judge,) = double.instances
-    several = [j for j in judge.jobs if len(j) > 1]
-    alone = [j[0] for j in judge.jobs if len(j) == 1]
-    assert several and all(c in alone for j in several for c in j)     # each case of a shared job again, alone
-    assert sum(never in j for j in judge.jobs) == 2                    # its job, then once alone: no loop
+    times = {c: sum(c in j for j in judge.jobs) for c in ids}
+    assert all(times[c] == 1 for c in ids if c not in short and c != never)     # judged once: never again
+    assert all(times[c] in (1, 2, 3) for c in short) and times[never] in (2, 3)
+    assert 2 in times.values() and 3 in times.values()      # again alone; once more after a worker that judged one
+    for c in ids:                                            # each judging again is of that case alone
+        assert all(j == [c] for j in [j for j in judge.jobs if c in j][1:])
     assert "judged again alone" in capsys.readouterr().out
 
 
@@ -164,3 +167,24 @@ def test_the_markdown_says_why_a_case_has_no_time():
     assert "bf16/32768x256 (" not in text
     full = markdown({"family": "f", "run_id": "r", "gpu": "g", "command": "c", "baselines": [], "cases": rows[1:]})
     assert "without a time" not in full
+
+
+def test_a_case_keeps_its_verdict_when_the_judge_raises_past_the_deadline_or_it_is_not_served(capsys):
+    from evo.table import judged_again_alone
+    from fitness.records import JUDGE_OUT_OF_MEMORY, CaseResult, Evaluation, Status
+
+    oom = CaseResult("a", status=Status.RUNTIME_ERROR, message=f"{JUDGE_OUT_OF_MEMORY}: the reference ...")
+    e = Evaluation(key="k", genome={}, space="s", status=Status.RUNTIME_ERROR, cases=(oom, CaseResult("b", time_us=1.0)))
+
+    class Raises:
+        def evaluate_cases(self, genomes, cases):
+            raise RuntimeError("the pool is down")
+
+    class Never:
+        def evaluate_cases(self, genomes, cases):
+            raise AssertionError("nothing is judged again here")
+
+    assert judged_again_alone(Raises(), None, e, ["a", "b"]) is e
+    assert "a could not be judged again (RuntimeError: the pool is down): it keeps its verdict" in capsys.readouterr().out
+    assert judged_again_alone(Never(), None, e, ["a", "b"], deadline=0.0) is e       # past --max-s
+    assert judged_again_alone(Never(), None, e, ["b"]) is e                           # a check case: not the table's

@@ -18,12 +18,14 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     exit $?
 fi
 echo "GPU_TAG=h100: not an H200 ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)): the H100 search"
+rc=0
 if [ -n "${ELSE_PROBE:-}" ]; then
     SNAP=${SNAP:-.} STEP=a TESTS_S=0 PROFILE_S=0 PROBE=$ELSE_PROBE PROBE_S=${PROBE_S:-200} SEARCH_S=0 \
-        bash experiments/device/bwd_search.sh
+        bash experiments/device/bwd_search.sh || rc=$?
 fi
 if [ "${SEARCH_S:-330}" -gt 0 ]; then
-    SNAP=${SNAP:-.} GPU_TAG=h100 REQUIRE_GPU=H100 STEP=b SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh
+    SNAP=${SNAP:-.} GPU_TAG=h100 REQUIRE_GPU=H100 STEP=b SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh \
+        || rc=$?
 fi
 if [ -n "${TRAIN_GENOMES:-}" ]; then
     BWD_GENOMES=$TRAIN_GENOMES BWD_KEYS=${TRAIN_KEYS:-} TESTS_S=${TRAIN_S:-150} \
@@ -31,6 +33,7 @@ if [ -n "${TRAIN_GENOMES:-}" ]; then
     echo "training drop-in check rc=$?"; grep -E "passed|failed|error" "$OUT/train_check.log" | tail -5
 fi
 if [ -n "${NCU_CALLS:-}" ]; then
-    CALLS=$NCU_CALLS SEEDS=$ELSE_PROBE NCU_S=${NCU_S:-200} bash experiments/device/bwd_ncu.sh
+    CALLS=$NCU_CALLS SEEDS=$ELSE_PROBE NCU_S=${NCU_S:-200} bash experiments/device/bwd_ncu.sh || rc=$?
 fi
 . experiments/device/device_lib.sh && out_within_limit
+exit $rc

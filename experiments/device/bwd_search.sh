@@ -62,20 +62,20 @@ a)
         timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli run "$CONFIG" --quiet --runs-dir /root/work/runs \
             > "$OUT/search_a.log" 2>&1
         tail -3 "$OUT/search_a.log"
-        ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
-        python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz" | tail -1
+        ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir_${GPU_TAG}
+        python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir_${GPU_TAG})" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz" | tail -1
     fi ;;
 b)
-    if [ -s /root/work/bwd_run_dir ] && [ -d "$(cat /root/work/bwd_run_dir)" ]; then
-        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir)" --quiet \
+    if [ -s /root/work/bwd_run_dir_${GPU_TAG} ] && [ -d "$(cat /root/work/bwd_run_dir_${GPU_TAG})" ]; then
+        timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "$(cat /root/work/bwd_run_dir_${GPU_TAG})" --quiet \
             > "$OUT/search_b.log" 2>&1
     else        # a fresh machine: the committed dump restored (evo resume DUMP), its seeds not judged again
         timeout -s INT "${SEARCH_S:-240}" python3 -m evo.cli resume "${BWD_DUMP:-$ROOT/results/rmsnorm_bwd_${GPU_TAG}_run.json.gz}" \
             --runs-dir /root/work/runs --config-dir experiments --quiet > "$OUT/search_b.log" 2>&1
-        ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir
+        ls -dt /root/work/runs/*/ | head -1 > /root/work/bwd_run_dir_${GPU_TAG}
     fi
     tail -3 "$OUT/search_b.log"
-    python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir)" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz" | tail -1
+    python3 -m evo.cli dump "$(cat /root/work/bwd_run_dir_${GPU_TAG})" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz" | tail -1
     if [ -n "${TRAIN:-}" ]; then
         (cd "$ROOT" && TESTS_S=${TRAIN_S:-200} bash experiments/device/train_export_check.sh \
             results/rejudge/rejudge_run.json.gz "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz") > "$OUT/train_check.log" 2>&1
@@ -83,7 +83,7 @@ b)
     fi ;;
 c)
     cd "$ROOT" && install_quack && require_peers quack liger && cd "$ROOT/${SNAP:-.snap}" || exit 4
-    RUN=$(cat /root/work/bwd_run_dir)
+    RUN=$(cat /root/work/bwd_run_dir_${GPU_TAG})
     python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz"
     python3 -m evo.cli dispatch "$RUN" --out "$OUT/rmsnorm_bwd_dispatch.json" | tail -30
     timeout "$((${TABLE_S:-400} + 120))" python3 -m evo.cli table "$RUN" --max-s "${TABLE_S:-400}" \
@@ -96,6 +96,6 @@ c)
         echo "forward table rc=$?"; tail -40 "$OUT/rmsnorm_fwd_int21_${GPU_TAG}.md"
     fi ;;
 esac
-if [ -s /root/work/bwd_run_dir ]; then     # (step a with SEARCH_S=0 starts no run)
-    python3 -m evo.cli status "$(cat /root/work/bwd_run_dir)" 2>/dev/null | tail -12
+if [ -s /root/work/bwd_run_dir_${GPU_TAG} ]; then     # (step a with SEARCH_S=0 starts no run)
+    python3 -m evo.cli status "$(cat /root/work/bwd_run_dir_${GPU_TAG})" 2>/dev/null | tail -12
 fi

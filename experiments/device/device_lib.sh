@@ -131,13 +131,18 @@ dispatch_playoff() {
 }
 
 # The device returns at most 8 files from $OUT (more: "count", and those files are lost: session 27's probe log).
-# Called at the end of a script that may write more: with more than 8 files, every file of $OUT goes into one
-# $OUT/out.tgz (untar it here); with 8 or fewer, nothing changes.
+# Called at the end of a script that may write more: with more than 8 files under $OUT, the 7 largest stay as they
+# are and the rest go into one archive, $OUT/more_files.tgz (or more_files_2.tgz, ... if that name is taken),
+# small since the small files go there; with 8 or fewer nothing changes.
 out_within_limit() {
-    local n
-    n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+    local n archive list k=1
+    n=$(find "$OUT" -type f | wc -l)
     [ "$n" -le 8 ] && return 0
-    (cd "$OUT" && find . -maxdepth 1 -type f ! -name out.tgz -printf '%P\n' | sort > /tmp/out_files.txt \
-        && tar czf out.tgz -T /tmp/out_files.txt && xargs rm -f < /tmp/out_files.txt) || return 1
-    echo "$n files in \$OUT, more than the 8 a call returns: all of them in \$OUT/out.tgz"
+    archive=more_files.tgz
+    while [ -e "$OUT/$archive" ]; do k=$((k + 1)); archive=more_files_$k.tgz; done
+    list=$(mktemp)
+    (cd "$OUT" && find . -type f -printf '%s %P\n' | sort -k1,1nr | tail -n +8 | cut -d' ' -f2- > "$list" \
+        && tar czf "$archive" --remove-files --verbatim-files-from -T "$list") || { rm -f "$list"; return 1; }
+    echo "$n files under \$OUT, more than the 8 a call returns: the 7 largest as they are, $(wc -l < "$list") in \$OUT/$archive"
+    rm -f "$list"
 }

@@ -668,3 +668,29 @@ def test_the_out_of_memory_message_carries_what_the_backend_says_is_alive(monkey
     res = r.run(bench_job(family, [family.make_case(*CASE, "fp32")]))
     assert res.cases[0].judge_ran_out_of_memory
     assert "; 2 torch tensors alive on the GPU, 16.00 GiB: ...;" in res.cases[0].message
+
+
+def test_the_copy_ceiling_is_the_faster_of_the_copy_and_the_stream_and_the_copy_alone_if_the_stream_fails():
+    """Session 27: the copy alone measured 2.98 TB/s on an H100 where torch.add streamed 3.07, so genomes as
+    fast as the add were suspect. CupyBackend.copy_ceiling_tbps takes the faster pattern; a stream that cannot
+    be built leaves the copy's figure (tests/test_copy_ceiling_gpu.py measures both on the device)."""
+    from fitness.cuda_backend import CupyBackend
+
+    class Stub:
+        freed = 0
+
+        def free_all(self):
+            Stub.freed += 1
+
+    for memcpy, stream, want in ((2.98, 3.07, 3.07), (4.2, 4.1, 4.2), (2.98, RuntimeError("nvrtc"), 2.98)):
+        b = Stub()
+        b._memcpy_tbps = lambda nbytes, reps, v=memcpy: v
+
+        def _stream(nbytes, reps, v=stream):
+            if isinstance(v, Exception):
+                raise v
+            return v
+
+        b._stream_add_tbps = _stream
+        assert CupyBackend.copy_ceiling_tbps(b) == want
+    assert Stub.freed == 1                       # what the failed stream allocated goes back

@@ -165,3 +165,24 @@ def test_session27_h100_record_replays_its_seeds_judged_in_full():
     assert [e["key"] for e in recording["evaluations"]] == [space.make(s["genome"]).key for s in seeds[:20]]
     assert all(e.status is Status.OK and e.device.startswith("NVIDIA H100") for e in by_key.values())
     assert all(c.status in (Status.OK, Status.INVALID) for e in by_key.values() for c in e.cases)
+
+
+def test_the_h100_config_carries_the_verified_seeds_of_session27_and_judges_its_suspects_again():
+    """experiments/rmsnorm_bwd_h100.toml (since session 27's record): seed_from that record with carry_seeds,
+    then the v11 seeds file. Its 17 verified seeds come first and may be answered from the record (the judge
+    decides: same device, driver, toolkit, cases, source); the three it flagged suspect against the old
+    copy-only ceiling (aeaa327f and its two v11 twins, 3.05 TB/s where torch.add ran 3.07) are not verified
+    evidence, so they are judged again, with the 11 seeds that record never reached."""
+    from evo.config import load_config  # noqa: PLC0415
+    from evo.lessons import carried_evaluations, seed_genomes  # noqa: PLC0415
+
+    cfg = load_config(REPO / "experiments" / "rmsnorm_bwd_h100.toml")
+    assert cfg.search.carry_seeds and cfg.evaluator.kind == "gpu" and cfg.target.gpu == "H100"
+    space = load_space("rmsnorm_bwd", "v11")
+    seeds = seed_genomes(cfg, space)
+    carried = carried_evaluations(cfg, space)
+    verified = [g.key for g in seeds if g.key in carried and carried[g.key].fitness(cfg.objective.metric) is not None]
+    suspect = [g.key[:8] for g in seeds if g.key in carried and carried[g.key].suspect]
+    fresh = [g for g in seeds if g.key not in carried]
+    assert len(seeds) == 31 and [g.key for g in seeds[:17]] == verified
+    assert sorted(suspect) == ["4d76b6e3", "a2b08a6c", "aeaa327f"] and len(fresh) == 11

@@ -2,9 +2,10 @@
 # A first call that is worth its start on either GPU: a call that names the H200 kind may get an H100
 # (sessions 25-27 did). On an H200: bwd_search.sh's STEP=a (the v11 search of experiments/rmsnorm_bwd_h200.toml
 # started; SEARCH_S). On anything else (an H100): first, if ELSE_PROBE is set, a probe of its genomes (PROBE_S;
-# judged 4 at a time, so that a call's time limit keeps the batches done); then the H100 search
-# (experiments/rmsnorm_bwd_h100.toml) resumed from its committed dump, results/rmsnorm_bwd_h100_run.json.gz
-# (STEP=b GPU_TAG=h100, SEARCH_S; its judged seeds are not judged again); then (TRAIN_GENOMES set) the training
+# judged 4 at a time, so that a call's time limit keeps the batches done); then a new H100 search
+# (experiments/rmsnorm_bwd_h100.toml, STEP=a GPU_TAG=h100, SEARCH_S), whose seeds carry session 27's verified
+# verdicts from results/rmsnorm_bwd_h100_run.json.gz (search.carry_seeds: no GPU time for them) and judge the
+# rest, the suspects of the old copy-only ceiling among them; then (TRAIN_GENOMES set) the training
 # package checked around those backward genomes (train_export_check.sh with a labelled stand-in record), then
 # (NCU_CALLS set) Nsight Compute on those launches (bwd_ncu.sh: CALLS=NCU_CALLS, SEEDS=ELSE_PROBE).
 # The first line says which GPU_TAG the later calls pass to bwd_search.sh (with REQUIRE_GPU, upper case).
@@ -24,8 +25,8 @@ if [ -n "${ELSE_PROBE:-}" ]; then
         bash experiments/device/bwd_search.sh || rc=$?
 fi
 if [ "${SEARCH_S:-330}" -gt 0 ]; then
-    SNAP=${SNAP:-.} GPU_TAG=h100 REQUIRE_GPU=H100 STEP=b SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh \
-        || rc=$?
+    SNAP=${SNAP:-.} GPU_TAG=h100 REQUIRE_GPU=H100 STEP=a TESTS_S=0 PROFILE_S=0 SEARCH_S=${SEARCH_S:-330} \
+        bash experiments/device/bwd_search.sh || rc=$?
 fi
 if [ -n "${TRAIN_GENOMES:-}" ]; then
     BWD_GENOMES=$TRAIN_GENOMES BWD_KEYS=${TRAIN_KEYS:-} TESTS_S=${TRAIN_S:-150} \

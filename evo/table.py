@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.dispatch import DispatchEntry, build_dispatch, entry_for
+from fitness.cascade import one_line
 from fitness.objectives import geomean
 
 
@@ -95,9 +96,9 @@ def judged_again_alone(ev: Any, genome: Any, e: Any, served: Sequence[str], dead
             if cr is None:
                 break
             got[case] = cr
-            was_clean, clean = clean, cr.judge_ran_out_of_memory
             print(f"{e.key}: {case} {cr.status.value}", flush=True)
-            if not (cr.judge_ran_out_of_memory and not was_clean):
+            ran_out_after_another, clean = cr.judge_ran_out_of_memory and not clean, cr.judge_ran_out_of_memory
+            if not ran_out_after_another:
                 break
     if not got:
         return e
@@ -197,15 +198,9 @@ def markdown(summary: Mapping[str, Any]) -> str:
     untimed = [r for r in summary["cases"] if r.get("evolved_us") is None]
     if untimed:      # a row of dashes says nothing: why each case has no time (the judge's own words, cut)
         lines += ["", f"Cases without a time ({len(untimed)}):", ""]
-        lines += [f"- {r['case']} (`{r['genome_key'][:8]}`): {r['status']}: {_first_words(r.get('notes') or '')}"
+        lines += [f"- {r['case']} (`{r['genome_key'][:8]}`): {r['status']}: {one_line(str(r.get('notes') or '').replace('|', '/'), 240)}"
                   for r in untimed]
     return "\n".join(lines) + "\n"
-
-
-def _first_words(text: str, limit: int = 240) -> str:
-    """The start of a judge's message for one line of markdown (pipes and newlines flattened)."""
-    flat = " ".join(str(text).replace("|", "/").split())
-    return flat if len(flat) <= limit else flat[:limit].rstrip() + " ..."
 
 
 def build_table(source: str, out: str, *, playoff: str | None = None, baselines: Sequence[str] | None = None,

@@ -63,6 +63,7 @@ extern "C" __global__ void jf_stream_add(const uint4* __restrict__ a, const uint
 }
 """
 
+
 class KernelTimeout(Exception):
     """A launch did not finish within its time limit (the kernel may still be running)."""
 
@@ -217,10 +218,7 @@ def torch_tensors_alive() -> str:
                 found.append(o)
         except Exception:  # noqa: BLE001 - an object that refuses the question is not a tensor
             continue
-    try:
-        return describe_tensors(found)
-    finally:
-        del found
+    return describe_tensors(found)
 
 
 def _cuda_version(v: int) -> str:

@@ -66,16 +66,14 @@ class BaselineCache:
         self.runs.clear()
 
 
-def check_result(xp: Any, fn: Any, result: Any, refs: Mapping[str, Any] | None, tols: Mapping[str, Any],
-                 outs: Mapping[str, BufferSpec], name: str) -> str:
-    """'' or why a baseline's result disagrees with the reference (a note, never a failure of
-    the candidate). Baselines without `as_outputs` (a roofline copy) are not checked."""
-    as_outputs = getattr(fn, "as_outputs", None)
-    if not callable(as_outputs) or refs is None:
-        return ""
-    notes = []
-    for out_name, value in as_outputs(result).items():
-        if out_name not in outs or out_name not in refs:
+def _result_arrays(xp: Any, fn: Any, result: Any, outs: Mapping[str, BufferSpec],
+                   judged: Any) -> tuple[dict[str, tuple[Any, str]], list[str]]:
+    """({output: (storage array in the output's shape, dtype)} of a baseline's result, notes on
+    outputs that come back in another width); only outputs in `outs` and `judged`."""
+    arrays: dict[str, tuple[Any, str]] = {}
+    notes: list[str] = []
+    for out_name, value in fn.as_outputs(result).items():
+        if out_name not in outs or out_name not in judged:
             continue
         dt = spec_dtype(outs[out_name])
         arr = xp.asarray(value)
@@ -85,11 +83,40 @@ def check_result(xp: Any, fn: Any, result: Any, refs: Mapping[str, Any] | None, 
                 notes.append(f"{out_name} comes back as {arr.dtype}, not {dtypes.numpy_name(dt)}")
                 continue
             arr = arr.view(want)
-        res = verify.check_output(arr.reshape(tuple(outs[out_name].shape)), refs[out_name], tols[out_name], dt,
-                                  name=out_name)
-        if not res.ok:
-            notes.append(f"disagrees with the reference: {res.message}")
+        arrays[out_name] = (arr.reshape(tuple(outs[out_name].shape)), dt)
+    return arrays, notes
+
+
+def _note(name: str, notes: Sequence[str], results: Sequence[verify.CheckResult]) -> str:
+    notes = [*notes, *(f"disagrees with the reference: {r.message}" for r in results if not r.ok)]
     return f"baseline {name}: " + "; ".join(notes) if notes else ""
+
+
+def check_result(xp: Any, fn: Any, result: Any, refs: Mapping[str, Any] | None, tols: Mapping[str, Any],
+                 outs: Mapping[str, BufferSpec], name: str) -> str:
+    """'' or why a baseline's result disagrees with the reference (a note, never a failure of
+    the candidate). Baselines without `as_outputs` (a roofline copy) are not checked."""
+    if not callable(getattr(fn, "as_outputs", None)) or refs is None:
+        return ""
+    arrays, notes = _result_arrays(xp, fn, result, outs, refs)
+    return _note(name, notes, [verify.check_output(arr, refs[o], tols[o], dt, name=o) for o, (arr, dt) in arrays.items()])
+
+
+class BlockChecks:
+    """A baseline's result judged against a reference made in blocks (guarded.feed_blocks: the
+    candidate's blocks, fed to these checks too); `note()` afterwards, as `check_result` gives it."""
+
+    def __init__(self, xp: Any, fn: Any, result: Any, tols: Mapping[str, Any], outs: Mapping[str, BufferSpec],
+                 name: str):
+        self.name = name
+        self.checks: dict[str, verify.OutputCheck] = {}
+        self.notes: list[str] = []
+        if callable(getattr(fn, "as_outputs", None)):
+            arrays, self.notes = _result_arrays(xp, fn, result, outs, tols)
+            self.checks = {o: verify.OutputCheck(arr, tols[o], dt, name=o) for o, (arr, dt) in arrays.items()}
+
+    def note(self) -> str:
+        return _note(self.name, self.notes, [c.result() for c in self.checks.values()])
 
 
 def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mapping[str, Any]],
@@ -187,5 +214,5 @@ def _release(backend: Any, release: Callable[[], Any] | None) -> None:
     clear_pending_errors()          # the failed cudaMalloc's error must not become the next call's
 
 
-__all__ = ["BaselineCache", "MACHINE_LEVEL", "NOT_IMPORTABLE", "OUT_OF_MEMORY", "check_result", "machine_missing",
+__all__ = ["BaselineCache", "BlockChecks", "MACHINE_LEVEL", "NOT_IMPORTABLE", "OUT_OF_MEMORY", "check_result", "machine_missing",
            "prepare"]

@@ -20,7 +20,9 @@ verify (CHECK jobs, VERIFY jobs, and once per case before timing in BENCH jobs)
     cases, over CHECK_FULL_ELEMS elements, once each); BENCH and VERIFY jobs once each, the
     second in the first's buffers. Cases too large for a full float64 reference are judged on
     the rows the family samples (`KernelFamily.reference_sample`), with every element of the
-    output still checked written and finite.
+    output still checked written and finite. A family that makes its reference in blocks
+    (`KernelFamily.reference_blocks`) is judged block by block (verify.OutputCheck): the same
+    verdict, one block of float64 held at a time, the baselines' results fed the same blocks.
 time (BENCH jobs)
     Input sets (at least one per distribution; more when they fit in L2, rotated) filled with
     fresh data from the job's run-time timing seed; their buffers are reused between jobs, their
@@ -86,7 +88,7 @@ import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -226,6 +228,20 @@ class _CaseOutcome:
     internal_error: bool = False
     judge_oom: bool = False          # the judge's own memory ran out (also after freeing and a retry)
     retry_oom: bool = False          # an allocation failed: free everything and run the case again
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class References:
+    """The float64 references of one input set, in the one form the family made them: `whole`
+    (output -> array), `sampled` (output -> (flat indices, values)) or `blocks` (a lazy iterable
+    of (output, first flat index, values): KernelFamily.reference_blocks)."""
+
+    whole: dict[str, Any] | None = None
+    sampled: dict[str, tuple[Any, Any]] | None = None
+    blocks: Iterable[tuple[str, int, Any]] | None = None
 
 
 class _OomRetry:
@@ -514,12 +530,12 @@ class DeviceRunner:
             self.backend.upload(into[name], src)
         return into if self._on_device(family, ins) else made
 
-    def _references(self, family: KernelFamily, case: Case, source: Mapping[str, Any], rng: np.random.Generator,
-                    keep: Any = None) -> tuple[dict[str, Any] | None, dict[str, tuple[Any, Any]] | None]:
-        """(full float64 references, None) or (None, sampled references) from the inputs. Out of
-        device memory: everything the judge holds is freed (but the timing entry `keep`, in use)
-        and the references are made once more (with the same draws of `rng`); a second failure
-        raises DeviceOutOfMemory naming the memory the references needed."""
+    def _judged(self, family: KernelFamily, case: Case, source: Mapping[str, Any], rng: np.random.Generator,
+                use: Callable[[References], T], keep: Any = None) -> T:
+        """`use(references)` with the float64 references of the inputs (`_make_references`). Out
+        of device memory while they are made or used: everything the judge holds is freed (but
+        the timing entry `keep`, in use) and it is done once more (with the same draws of `rng`);
+        a second failure raises DeviceOutOfMemory naming the memory the references needed."""
         state = getattr(getattr(rng, "bit_generator", None), "state", None)
 
         def release() -> None:
@@ -532,24 +548,28 @@ class DeviceRunner:
                                                        "also after freeing every cache and allocator and trying again"),
                                      oom_bytes(exc))
 
-        return _OomRetry(lambda: self._make_references(family, case, source, rng), release, give_up)()
+        return _OomRetry(lambda: use(self._make_references(family, case, source, rng)), release, give_up)()
 
     def _make_references(self, family: KernelFamily, case: Case, source: Mapping[str, Any],
-                         rng: np.random.Generator) -> tuple[dict[str, Any] | None, dict[str, tuple[Any, Any]] | None]:
+                         rng: np.random.Generator) -> References:
+        """The references the family offers, in this order of preference: sampled (a case too
+        large for a full check), in blocks (never more than a block of float64 held at once:
+        KernelFamily.reference_blocks, made lazily while judged), else whole."""
         sample_fn = getattr(family, "reference_sample", None)
         sample = sample_fn(case, source, rng) if callable(sample_fn) else None
         if sample is not None:
-            return None, {k: (self.xp.asarray(i), self.xp.asarray(v)) for k, (i, v) in sample.items()}
-        return {k: self.xp.asarray(v) for k, v in family.reference(case, source).items()}, None
+            return References(sampled={k: (self.xp.asarray(i), self.xp.asarray(v)) for k, (i, v) in sample.items()})
+        blocks_fn = getattr(family, "reference_blocks", None)
+        blocks = blocks_fn(case, source) if callable(blocks_fn) else None
+        if blocks is not None:
+            return References(blocks=blocks)
+        return References(whole={k: self.xp.asarray(v) for k, v in family.reference(case, source).items()})
 
     def _judge(self, family: KernelFamily, case: Case, source: Mapping[str, Any], outputs: Mapping[str, GuardedBuffer],
                tols: Mapping[str, Any], rng: np.random.Generator,
                scratch: Sequence[str] = ()) -> tuple[str | None, float | None, float | None]:
-        refs, sampled = self._references(family, case, source, rng)
-        try:
-            return judge_outputs(outputs, refs or {}, tols, sampled=sampled, scratch=scratch)
-        finally:
-            del refs, sampled
+        return self._judged(family, case, source, rng, lambda refs: judge_outputs(
+            outputs, refs.whole or {}, tols, sampled=refs.sampled, blocks=refs.blocks, scratch=scratch))
 
     # -- verification ------------------------------------------------------------------------------
     def _launch_and_wait(self, steps: Sequence[tuple[Any, Launch]], buffers: Mapping[str, Any], timeout_s: float) -> None:
@@ -751,15 +771,29 @@ class DeviceRunner:
         nondet = set(getattr(family, "nondeterministic_outputs", lambda c: ())(case) or ())
         deterministic = [n for n in outs if n not in nondet]
 
+        def judged(s: int, baseline_results: Mapping[str, Any] | None, refs: References) -> str | None:
+            runs = {name: tb.baselines.runs[(name, 0)] for name in (baseline_results or {})}
+            if refs.blocks is not None:      # the baselines' results judged by the same blocks, made once
+                checks = {name: baseline_runs.BlockChecks(self.xp, runs[name], result, tols, outs, name)
+                          for name, result in (baseline_results or {}).items()}
+                beside: dict[str, list[Any]] = {}
+                for c in checks.values():
+                    for out_name, check in c.checks.items():
+                        beside.setdefault(out_name, []).append(check)
+                problem, _, _ = judge_outputs(tb.out_sets[s], {}, tols, blocks=refs.blocks, beside=beside,
+                                              scratch=tuple(scratch))
+                new_notes = {name: c.note() for name, c in checks.items()}
+            else:
+                problem, _, _ = judge_outputs(tb.out_sets[s], refs.whole or {}, tols, sampled=refs.sampled,
+                                              scratch=tuple(scratch))
+                new_notes = {name: baseline_runs.check_result(self.xp, runs[name], result, refs.whole, tols, outs, name)
+                             for name, result in (baseline_results or {}).items()}
+            notes.update({name: note for name, note in new_notes.items() if note})
+            return problem
+
         def judge(s: int, baseline_results: Mapping[str, Any] | None) -> str | None:
-            refs, sampled = self._references(family, case, sources[s], rng, keep=key)
-            problem, _, _ = judge_outputs(tb.out_sets[s], refs or {}, tols, sampled=sampled, scratch=tuple(scratch))
-            for name, result in (baseline_results or {}).items():
-                note = baseline_runs.check_result(self.xp, tb.baselines.runs[(name, 0)], result, refs, tols,
-                                                  outs, name)
-                if note:
-                    notes[name] = note
-            del refs, sampled
+            problem = self._judged(family, case, sources[s], rng, lambda refs: judged(s, baseline_results, refs),
+                                   keep=key)
             if callable(free_own):
                 free_own()               # the reference's blocks: to the device, where the baselines can get them
             return problem

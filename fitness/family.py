@@ -16,7 +16,7 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -408,6 +408,15 @@ class KernelFamily(abc.ABC):
         2**31 elements): per output, (flat indices, their float64 reference), on the inputs'
         device. The judge then checks every element written and finite and the sample within
         tolerance. None (the default): the full reference is used."""
+        return None
+
+    def reference_blocks(self, case: Case, inputs: Mapping[str, Any]) -> Iterable[tuple[str, int, Any]] | None:
+        """The full float64 reference in blocks, for outputs whose whole reference would not fit
+        beside what the judge holds (a 2**31-element output is 16 GiB in float64): an iterable,
+        best a generator, of (output name, first flat index, float64 values), ascending and
+        without gaps per output, covering every output once; the judge checks each block as it
+        comes and drops it (verify.OutputCheck). Must agree with `reference` (a contract test
+        assembles it). None (the default): `reference` whole. Not for tolerances with groups."""
         return None
 
     def nondeterministic_outputs(self, case: Case) -> Sequence[str]:

@@ -11,7 +11,7 @@ ends, while an off-by-a-row-block bug lands megabytes away.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -90,24 +90,49 @@ def guards_problem(outputs: Mapping[str, GuardedBuffer]) -> str | None:
     return None
 
 
+def feed_blocks(checks: Mapping[str, Sequence[verify.OutputCheck]], blocks: Iterable[tuple[str, int, Any]]) -> None:
+    """Every block of a reference made in blocks (`KernelFamily.reference_blocks`: output name,
+    first flat index, float64 values) to every check of that output (the candidate's and the
+    baselines' alike), so each block is made once and dropped before the next. A block for an
+    output the case does not have is the family's error (ValueError)."""
+    for name, start, values in blocks:
+        if name not in checks:
+            raise ValueError(f"the family's reference blocks name an output {name!r} the case does not have "
+                             f"({sorted(checks)})")
+        for check in checks[name]:
+            check.add(int(start), values)
+        del values
+
+
 def judge_outputs(outputs: Mapping[str, GuardedBuffer], refs: Mapping[str, Any],
                   tols: Mapping[str, Any], *, chunk: int = verify.DEFAULT_CHUNK,
                   sampled: Mapping[str, tuple[Any, Any]] | None = None,
+                  blocks: Iterable[tuple[str, int, Any]] | None = None,
+                  beside: Mapping[str, Sequence[verify.OutputCheck]] | None = None,
                   scratch: Any = ()) -> tuple[str | None, float | None, float | None]:
     """(problem or None, max_abs_err, rel_l2) over the outputs, guards first (`scratch`: workspace
     buffers among `outputs`, whose guards are checked and contents never judged).
 
     `refs`: a full float64 reference per output; or, with `sampled`, (flat indices, their float64
     reference) per output, judged by verify.check_sampled_output (every element still written
-    and finite). Each output is one fused pass (one sync each)."""
+    and finite); or, with `blocks`, the full reference in blocks (`feed_blocks`), each block also
+    fed to the checks in `beside` (output name -> more verify.OutputChecks, e.g. the baselines'
+    results), which are read afterwards by their owner. Each output (each block) is one fused
+    pass (one sync each)."""
     problem = guards_problem(outputs)
     if problem:
         return problem, None, None
+    judged = [(name, buf) for name, buf in outputs.items() if name not in scratch]
+    if blocks is not None:
+        mine = {name: verify.OutputCheck(buf.data, tols[name], buf.dtype, name=name, chunk=chunk)
+                for name, buf in judged}
+        checks = {name: [check, *(beside or {}).get(name, ())] for name, check in mine.items()}
+        feed_blocks(checks, blocks)
     max_err = rel = None
-    for name, buf in outputs.items():
-        if name in scratch:
-            continue
-        if sampled is not None:
+    for name, buf in judged:
+        if blocks is not None:
+            res = mine[name].result()
+        elif sampled is not None:
             if name not in sampled:
                 return f"the family's sampled reference has no output {name!r}", None, None
             idx, vals = sampled[name]
@@ -134,5 +159,5 @@ def output_prints(outputs: Mapping[str, GuardedBuffer], names: Any = None) -> li
     return out
 
 
-__all__ = ["GUARD_MAX_BYTES", "GUARD_MIN_BYTES", "GuardedBuffer", "guard_bytes_for", "guards_problem", "judge_outputs",
+__all__ = ["GUARD_MAX_BYTES", "GUARD_MIN_BYTES", "GuardedBuffer", "feed_blocks", "guard_bytes_for", "guards_problem", "judge_outputs",
            "output_prints", "spec_dtype"]

@@ -406,6 +406,9 @@ def account(c: Judging, stage: str, result: JobResult) -> None:
         c.device = result.device
     if result.copy_ceiling_tbps:
         c.copy_ceiling_tbps = result.copy_ceiling_tbps
+    parts = (result.extra or {}).get("ceiling_tbps_by_pattern")
+    if parts:                        # which streaming pattern set the suspect test's ceiling
+        c.artifacts["ceiling_tbps_by_pattern"] = to_json({k: round(float(v), 4) for k, v in parts.items()})
     if result.node or result.gpu:
         c.judged_on.append({"stage": stage, "node": result.node, "gpu": result.gpu})
 

@@ -399,6 +399,9 @@ class DeviceRunner:
     def _result(self, job: Job, status: Status, results: list[CaseResult], message: str, t0: float, *,
                 context_lost: bool = False, internal: bool = False, judge_oom: Sequence[str] = ()) -> JobResult:
         extra: dict[str, Any] = {"internal_error": True} if internal else {}
+        parts = getattr(self.backend, "ceiling_parts", None)
+        if isinstance(parts, dict) and parts:
+            extra["ceiling_tbps_by_pattern"] = {k: float(v) for k, v in parts.items()}
         if judge_oom:
             extra["judge_out_of_memory"] = list(judge_oom)
             context_lost = True          # what freeing did not give back stays with this process: a new worker

@@ -731,3 +731,17 @@ def test_a_missing_baselines_note_says_what_the_machine_needs():
     assert notes == {"peer": "not importable here (needs a checkout in .peers/peer or EVO_PEER_ROOT)",
                      "plain": "not importable here"}
     assert cache.lasting == notes            # asked once per worker, not once per job
+
+
+def test_the_ceiling_of_each_streaming_pattern_is_kept_beside_the_ceiling():
+    """A suspect verdict names the ceiling it was judged by (copy_ceiling_tbps); the runner's JobResult also
+    carries each pattern's figure (copy, grid-stride add, tiled add), which lands in the artifacts, so a record
+    says which pattern set the ceiling (session 28's suspects could not be read back that way)."""
+    c = cascade.Judging(genome=None, started_at=0.0)
+    result = JobResult("j", Status.OK, copy_ceiling_tbps=3.1, seconds=1.0,
+                       extra={"ceiling_tbps_by_pattern": {"copy": 2.98, "add": 3.05, "add_tiled": 3.1}})
+    cascade.account(c, BENCH, result)
+    assert c.copy_ceiling_tbps == 3.1
+    assert json.loads(c.artifacts["ceiling_tbps_by_pattern"]) == {"copy": 2.98, "add": 3.05, "add_tiled": 3.1}
+    cascade.account(c, CHECK, JobResult("j2", Status.OK, seconds=1.0))     # a job without the figures keeps them
+    assert "ceiling_tbps_by_pattern" in c.artifacts

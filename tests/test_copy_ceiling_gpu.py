@@ -2,7 +2,9 @@
 The suspect test (fitness.objectives.is_suspect) flags a case faster than this figure by 2 %; session 27's
 H100 measured 2.98 TB/s by a device-to-device copy alone while torch.add, two reads and a write, ran at
 3.07, and three verified genomes as fast as the add were flagged. The ceiling now takes the faster of the
-copy and a two-read-one-write stream (fitness.cuda_backend.CupyBackend.copy_ceiling_tbps)."""
+copy and a two-read-one-write stream (fitness.cuda_backend.CupyBackend.copy_ceiling_tbps). That test allowed
+the ceiling 2 % below the add and passed on session 28's H100, whose ceiling (2.97-2.99) then flagged verified
+children as fast as the add (3.04): the ceiling must now reach the add's median itself, warm-up and all."""
 
 from __future__ import annotations
 
@@ -23,16 +25,19 @@ def test_the_ceiling_is_not_below_the_add_kernel_the_backward_is_compared_with()
     x, y = torch.ones(n, device="cuda"), torch.ones(n, device="cuda")
     out = torch.empty_like(x)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(20):                                  # the clocks up, as the judge's ceiling warms them
+        torch.add(x, y, out=out)
     times = []
     for i in range(12):
         start.record()
         torch.add(x, y, out=out)
         end.record()
         end.synchronize()
-        if i >= 2:
-            times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end))
     add_tbps = 3 * 4 * n / (float(np.median(times)) * 1e-3) / 1e12
     del x, y, out
-    assert ceiling * 1.02 >= add_tbps, (ceiling, add_tbps)
-    assert backend._memcpy_tbps(1 << 30, 10) <= ceiling       # the max of the two, never below the copy
+    print(f"ceiling {ceiling:.3f} TB/s by pattern {backend.ceiling_parts}; torch.add median {add_tbps:.3f} TB/s")
+    assert set(backend.ceiling_parts) == {"copy", "add", "add_tiled"}   # both streams built and ran right
+    assert ceiling >= add_tbps, (ceiling, add_tbps, backend.ceiling_parts)
+    assert backend._memcpy_tbps(1 << 30, 10) <= ceiling * 1.01   # the max of the patterns, never below the copy
     cp.get_default_memory_pool().free_all_blocks()

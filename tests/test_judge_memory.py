@@ -670,10 +670,12 @@ def test_the_out_of_memory_message_carries_what_the_backend_says_is_alive(monkey
     assert "; 2 torch tensors alive on the GPU, 16.00 GiB: ...;" in res.cases[0].message
 
 
-def test_the_copy_ceiling_is_the_faster_of_the_copy_and_the_stream_and_the_copy_alone_if_the_stream_fails():
+def test_the_copy_ceiling_is_the_fastest_pattern_and_a_stream_that_fails_leaves_the_others():
     """Session 27: the copy alone measured 2.98 TB/s on an H100 where torch.add streamed 3.07, so genomes as
-    fast as the add were suspect. CupyBackend.copy_ceiling_tbps takes the faster pattern; a stream that cannot
-    be built leaves the copy's figure (tests/test_copy_ceiling_gpu.py measures both on the device)."""
+    fast as the add were suspect; session 28's grid-stride stream did no better. CupyBackend.copy_ceiling_tbps
+    takes the fastest of a copy and two two-reads-a-write streams (grid-stride, tiled), keeps each figure in
+    `ceiling_parts`, and a stream that cannot be built leaves the others (tests/test_copy_ceiling_gpu.py
+    measures them on the device)."""
     from fitness.cuda_backend import CupyBackend
 
     class Stub:
@@ -682,15 +684,81 @@ def test_the_copy_ceiling_is_the_faster_of_the_copy_and_the_stream_and_the_copy_
         def free_all(self):
             Stub.freed += 1
 
-    for memcpy, stream, want in ((2.98, 3.07, 3.07), (4.2, 4.1, 4.2), (2.98, RuntimeError("nvrtc"), 2.98)):
+    for memcpy, add, tiled, want in ((2.98, 3.07, 3.10, 3.10), (4.2, 4.1, 4.15, 4.2), (2.98, 3.0, RuntimeError("nvrtc"), 3.0),
+                                     (2.98, RuntimeError("nvrtc"), RuntimeError("nvrtc"), 2.98)):
         b = Stub()
         b._memcpy_tbps = lambda nbytes, reps, v=memcpy: v
 
-        def _stream(nbytes, reps, v=stream):
-            if isinstance(v, Exception):
-                raise v
-            return v
+        def _stream(nbytes, reps, kernel, v={"jf_stream_add": add, "jf_stream_add_tiled": tiled}):
+            if isinstance(v[kernel], Exception):
+                raise v[kernel]
+            return v[kernel]
 
         b._stream_add_tbps = _stream
         assert CupyBackend.copy_ceiling_tbps(b) == want
-    assert Stub.freed == 1                       # what the failed stream allocated goes back
+        assert b.ceiling_parts["copy"] == memcpy and max(b.ceiling_parts.values()) == want
+    assert Stub.freed == 3                       # what each failed stream allocated goes back
+
+
+def test_a_ceiling_pattern_is_timed_after_its_warm_up_at_its_fastest_repetition():
+    """The clocks rise from idle while the first calls run: a ceiling timed from the second call on saw them
+    slow. At least WARM_MS of the same work first, then the fastest of `reps` (a ceiling is the best the device
+    did; candidates are timed by their medians)."""
+    from fitness.cuda_backend import CupyBackend
+
+    class Clock:
+        def __init__(self):
+            self.t, self.calls, self.durations = 0.0, 0, [5.0] * 12 + [1.2, 1.0, 1.1, 1.3]
+
+        def record(self):
+            return self.t
+
+        def elapsed_ms(self, a, b):
+            return b - a
+
+        def call(self):
+            self.t += self.durations[min(self.calls, len(self.durations) - 1)]
+            self.calls += 1
+
+    class Event(float):
+        def synchronize(self):
+            pass
+
+    clock = Clock()
+    b = type("B", (), {"WARM_MS": CupyBackend.WARM_MS, "record": lambda self: Event(clock.record()),
+                       "elapsed_ms": lambda self, a, b: clock.elapsed_ms(a, b)})()
+    best = CupyBackend._fastest_ms(b, clock.call, 4)
+    assert clock.calls == 10 + 4                 # 10 slow calls reach 50 ms, then 4 timed
+    assert best == 1.0
+
+
+def test_the_ceiling_streams_compile_for_sm90a_and_add_every_word_on_the_host(tmp_path):
+    """Both two-reads-a-write streams (fitness.cuda_backend._STREAM_SRC) as cupy builds them for the device,
+    and run on the host through tests/cuda_host.py's shim (every thread of every block in turn: neither kernel
+    synchronises), on a length that leaves the tiled kernel's last block ragged: every word is a + b, none past n."""
+    import ctypes
+
+    import cuda_host
+    from fitness.cuda_backend import _STREAM_SRC
+
+    if cuda_host.nvcc() is None:
+        pytest.skip("nvcc not found")
+    proc = cuda_host.nvcc_cubin(_STREAM_SRC, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shim = "struct uint4 { unsigned int x, y, z, w; };\n"
+    wrappers = "".join(
+        f'extern "C" void run_{k}(const uint4* a, const uint4* b, uint4* c, unsigned long long n, int grid, int threads) {{\n'
+        f"    gridDim.x = grid; blockDim.x = threads;\n"
+        f"    for (int blk = 0; blk < grid; ++blk) for (int t = 0; t < threads; ++t) {{ blockIdx.x = blk; threadIdx.x = t; "
+        f"{k}(a, b, c, n); }}\n}}\n" for k in ("jf_stream_add", "jf_stream_add_tiled"))
+    lib = cuda_host.host_library(shim + _STREAM_SRC, wrappers)
+    n = 5 * 4 * 32 + 7                                    # words of 16 bytes
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 2**31, size=(n + 4) * 4, dtype=np.uint32)
+    b = rng.integers(0, 2**31, size=(n + 4) * 4, dtype=np.uint32)
+    for kernel, grid in (("jf_stream_add", 3), ("jf_stream_add_tiled", -(-n // (4 * 32)))):
+        c = np.zeros((n + 4) * 4, dtype=np.uint32)
+        ptr = [x.ctypes.data_as(ctypes.c_void_p) for x in (a, b, c)]
+        getattr(lib, f"run_{kernel}")(*ptr, ctypes.c_ulonglong(n), ctypes.c_int(grid), ctypes.c_int(32))
+        np.testing.assert_array_equal(c[:4 * n], a[:4 * n] + b[:4 * n], err_msg=kernel)
+        assert not c[4 * n:].any(), kernel

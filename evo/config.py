@@ -154,6 +154,10 @@ class SearchSection:
                                         "specialists a dispatch table is made of), then the best by the metric")
     seed_limit: int = _f(0, min=0, doc="at most this many seed_from genomes start the population (0: up to a "
                                        "whole population); the rest are drawn at random, from init_within if set")
+    seed_suspects: int = _f(0, min=0, doc="seed_from: at most this many of its suspects (verified, but faster than "
+                                          "the streaming ceiling the judge measured then) judged again, best first, "
+                                          "right after the champions: the ceiling is a measurement that can come out "
+                                          "low (session 28); a real cheat is flagged again and never carried")
     seeds_in_full: bool = _f(True, doc="seed genomes are judged on every case, never stopped early by "
                                        "evaluator.hopeless_below (earlier champions are often specialists)")
     carry_seeds: bool = _f(False, doc="a seed whose seed_from evaluation is what the GPU judge would measure now "

@@ -61,6 +61,10 @@ def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None
                     fastest[c.case] = (c.time_us, e.key)
         champions = list(dict.fromkeys(key for _, key in (fastest[c] for c in sorted(fastest))))
         ordered = [by_key[k] for k in champions] + [e for e in scored if e.key not in set(champions)]
+    suspects = suspects_to_judge_again(evidence.evaluations(), space, metric, cfg.search.seed_suspects)
+    if suspects:
+        n = len(champions) if cfg.search.seed_champions else 0
+        ordered = ordered[:n] + suspects + ordered[n:]
     out: list = []
     limit = cfg.search.ga.population * cfg.search.ga.islands
     if cfg.search.seed_limit:
@@ -73,6 +77,18 @@ def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None
     room = cfg.search.ga.population * cfg.search.ga.islands
     out = out + seed_variants(cfg, space, out, room=room - len(out))
     return out + listed_seeds(cfg, space, out, room=room - len(out))
+
+
+def suspects_to_judge_again(evaluations, space: GeneSpace, metric: str, limit: int) -> list:
+    """Up to `limit` suspect evaluations (verified; only their speed was beyond the ceiling measured
+    then), best first by the metric they would have had: seeds judged again, never carried
+    (carried_evaluations takes verified verdicts only)."""
+    if limit <= 0:
+        return []
+    found = [e for e in evaluations if e.suspect and e.status.value == "OK" and e.space == space.name
+             and isinstance(e.objectives.get(metric), (int, float))]
+    found.sort(key=lambda e: (-float(e.objectives[metric]), e.key))
+    return found[:limit]
 
 
 def read_seeds_file(path: str | Path, where: str = "") -> list[dict]:

@@ -24,9 +24,10 @@ def recorded_config(recording: dict[str, Any], path: Path, config_source: Path, 
                                "output.progress": False, **overrides})
 
 
-def replay_recording(recording: dict[str, Any], path: Path, config_source: Path):
-    """(store, summary, recorded asks, replayed asks): each ask as (key, generation, operator, parents)."""
-    cfg = recorded_config(recording, path, config_source)
+def replay_recording(recording: dict[str, Any], path: Path, config_source: Path, **overrides: Any):
+    """(store, summary, recorded asks, replayed asks): each ask as (key, generation, operator, parents).
+    `overrides`: config fields (dotted) for what moved since, e.g. the seed_from record, now archived."""
+    cfg = recorded_config(recording, path, config_source, **overrides)
     space = load_space(cfg.experiment.family, cfg.experiment.space_version)
     store = open_store("memory://")
     store.create_run(new_run_info(cfg, "replay"))

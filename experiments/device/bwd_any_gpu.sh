@@ -3,9 +3,9 @@
 # (sessions 25-27 did). On an H200: bwd_search.sh's STEP=a (the v11 search of experiments/rmsnorm_bwd_h200.toml
 # started; SEARCH_S). On anything else (an H100): first, if ELSE_PROBE is set, a probe of its genomes (PROBE_S;
 # judged 4 at a time, so that a call's time limit keeps the batches done); then a new H100 search
-# (experiments/rmsnorm_bwd_h100.toml, STEP=a GPU_TAG=h100, SEARCH_S), whose seeds carry session 27's verified
+# (experiments/rmsnorm_bwd_h100.toml, STEP=a GPU_TAG=h100, SEARCH_S), whose seeds carry the last H100 run's verified
 # verdicts from results/rmsnorm_bwd_h100_run.json.gz (search.carry_seeds: no GPU time for them) and judge the
-# rest, the suspects of the old copy-only ceiling among them; then (TRAIN_GENOMES set) the training
+# rest, its suspects judged again (search.seed_suspects); then (TRAIN_GENOMES set) the training
 # package checked around those backward genomes (train_export_check.sh with a labelled stand-in record), then
 # (NCU_CALLS set) Nsight Compute on those launches (bwd_ncu.sh: CALLS=NCU_CALLS, SEEDS=ELSE_PROBE).
 # The first line says which GPU_TAG the later calls pass to bwd_search.sh (with REQUIRE_GPU, upper case).

@@ -8,11 +8,20 @@
 # rest, its suspects judged again (search.seed_suspects); then (TRAIN_GENOMES set) the training
 # package checked around those backward genomes (train_export_check.sh with a labelled stand-in record), then
 # (NCU_CALLS set) Nsight Compute on those launches (bwd_ncu.sh: CALLS=NCU_CALLS, SEEDS=ELSE_PROBE).
-# The first line says which GPU_TAG the later calls pass to bwd_search.sh (with REQUIRE_GPU, upper case).
+# A line (after the ceiling test's) says which GPU_TAG the later calls pass to bwd_search.sh (with REQUIRE_GPU, upper case).
 # Carry .whl .whlq4 .peers/RMSNorm-H100 .peers/int21_ext.tgz (INT21 restored; the QuACK parts .whlq1-3 follow
 # in the search's later calls, bwd_search.sh's header).
-#   SEARCH_S=330 bash experiments/device/bwd_any_gpu.sh
+#   SEARCH_S=330 bash experiments/device/bwd_any_gpu.sh      (CEILING_S=0: without the ceiling test first)
 set -o pipefail
+# First, on either GPU (CEILING_S, default 90; 0: skip): the judge's streaming ceiling against torch.add's own
+# speed (tests/test_copy_ceiling_gpu.py, its figures by pattern printed): the suspect test depends on it, and
+# sessions 27-28 flagged verified genomes as fast as the add because the ceiling came out below it.
+if [ "${CEILING_S:-90}" -gt 0 ]; then
+    (. experiments/device/device_lib.sh && install_wheels && device_pythonpath \
+        && timeout "${CEILING_S:-90}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_copy_ceiling_gpu.py) \
+        > "$OUT/ceiling_test.log" 2>&1
+    echo "ceiling test rc=$?: $(grep -oE 'ceiling [0-9].*TB/s|[0-9]+ (passed|failed).*' "$OUT/ceiling_test.log" | tr '\n' ' ' | cut -c1-400)"
+fi
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     echo "GPU_TAG=h200: the search's first call"
     SNAP=${SNAP:-.} GPU_TAG=h200 STEP=a TESTS_S=0 PROFILE_S=0 SEARCH_S=${SEARCH_S:-330} bash experiments/device/bwd_search.sh

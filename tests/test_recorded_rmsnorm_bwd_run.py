@@ -204,9 +204,9 @@ def test_session28_h100_record_carried_17_seeds_and_its_suspects_are_the_ceiling
 
 def test_the_h100_config_seeds_from_session28_and_judges_its_suspects_again():
     """experiments/rmsnorm_bwd_h100.toml (since session 28): seed_from session 28's record with carry_seeds and
-    seed_suspects = 4, then the v11 seeds file. The champions of each case come first (verified: may be answered
-    from the record), then its four suspects, best first (never carried: judged again against today's
-    ceiling), then the rest."""
+    seed_suspects = 4, at most 24 of them, then 8 dynamic-row variants of its clustered static seeds. The champions
+    of each case come first (verified: may be answered from the record), then its four suspects, best first (never
+    carried: judged again against today's ceiling), then the rest."""
     from evo.config import load_config  # noqa: PLC0415
     from evo.lessons import carried_evaluations, seed_genomes  # noqa: PLC0415
 
@@ -221,4 +221,15 @@ def test_the_h100_config_seeds_from_session28_and_judges_its_suspects_again():
     assert suspect_at == list(range(suspect_at[0], suspect_at[0] + 4))          # together, after the champions
     champions = seeds[:suspect_at[0]]
     assert champions and all(carried[g.key].fitness(cfg.objective.metric) is not None for g in champions)
-    assert len({g.key for g in seeds}) == len(seeds)
+    assert len({g.key for g in seeds}) == len(seeds) == 32
+    # then the dynamic-row variants of the clustered static seeds (a5e94166 against its static twin 408e344e)
+    from_record = seeds[:cfg.search.seed_limit]
+    variants = seeds[cfg.search.seed_limit:]
+    assert all(g.key in carried for g in from_record) and not any(g.key in carried for g in variants)
+    statics = {(g["cluster"], g["cta_threads"], g["chunks"], g["pass2_data"]) for g in from_record
+               if g["row_schedule"] == "static" and g["cluster"] > 1}
+    assert variants and all(g["row_schedule"] == "dynamic" and g["cluster_slack"] == 0 for g in variants)
+    assert {(g["cluster"], g["cta_threads"], g["chunks"], g["pass2_data"]) for g in variants} <= statics
+    fd05, f68c = (next(g for g in from_record if g.key.startswith(k)) for k in ("fd05ead7", "f68c3fba"))
+    assert {space.make({**fd05, "row_schedule": "dynamic", "cluster_slack": 0}).key,
+            space.make({**f68c, "row_schedule": "dynamic", "cluster_slack": 0}).key} <= {g.key for g in variants}

@@ -214,3 +214,18 @@ def test_timed_baselines_are_judged_by_the_same_blocks():
     assert res.status is Status.OK, res.message
     msg = res.cases[0].message
     assert "baseline wrong: disagrees with the reference" in msg and "baseline numpy" not in msg
+
+
+def test_a_timed_launch_that_breaks_its_guards_fails_the_candidate_with_baselines_beside():
+    """Honest while verified, then writing past its output while timed: the judged launch fails on its guards
+    before any block is made, and the baselines' checks, never fed, are no verdict (not an internal error)."""
+    calls = {"n": 0}
+
+    def late_oob(be, launch, args):
+        calls["n"] += 1
+        (tdr.k_good if calls["n"] <= 2 else tdr.k_oob)(be, launch, args)
+
+    res = _block_runner({"late_oob": late_oob}).run(tdr.job("late_oob", BENCH, cases=[tdr.FAMILY.make_case(5, 256, "fp32")],
+                                                         baselines=("numpy", "wrong")))
+    assert res.status is Status.WRONG_RESULT, res.message
+    assert "past the end of y" in res.cases[0].message

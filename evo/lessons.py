@@ -61,9 +61,11 @@ def seed_genomes(cfg: Config, space: GeneSpace, evidence: ReplayEvaluator | None
                     fastest[c.case] = (c.time_us, e.key)
         champions = list(dict.fromkeys(key for _, key in (fastest[c] for c in sorted(fastest))))
         ordered = [by_key[k] for k in champions] + [e for e in scored if e.key not in set(champions)]
-    suspects = suspects_to_judge_again(evidence.evaluations(), space, metric, cfg.search.seed_suspects)
-    if suspects:
-        n = len(champions) if cfg.search.seed_champions else 0
+    have = {e.key for e in ordered}
+    suspects = [e for e in suspects_to_judge_again(evidence.evaluations(), space, metric, cfg.search.seed_suspects)
+                if e.key not in have]
+    if suspects:                     # after the champions, or after the best verified genome: never all of them
+        n = len(champions) if cfg.search.seed_champions else min(1, len(ordered))
         ordered = ordered[:n] + suspects + ordered[n:]
     out: list = []
     limit = cfg.search.ga.population * cfg.search.ga.islands

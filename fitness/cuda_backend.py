@@ -487,6 +487,7 @@ class CupyBackend:
         (a ceiling is the best the device did, while a candidate is timed by its median), after a
         warm-up long enough for the clocks to rise, over more than one access pattern. A stream
         that fails to build or run leaves the other figures."""
+        self.ceiling_parts = {}
         parts = {"copy": self._memcpy_tbps(nbytes, reps)}
         for name, kernel in (("add", "jf_stream_add"), ("add_tiled", "jf_stream_add_tiled")):
             try:
@@ -535,13 +536,14 @@ class CupyBackend:
         a, b, c = (cp.empty(n * 4, dtype=cp.uint32) for _ in range(3))
         a.fill(1)
         b.fill(2)
+        c.fill(0)                        # a kernel that wrote nothing must not pass on a pooled block's old 3s
         kernel = cp.RawKernel(_STREAM_SRC, name)
         if name == "jf_stream_add_tiled":
             grid = -(-n // (4 * 256))
         else:
             grid = int(cp.cuda.Device().attributes["MultiProcessorCount"]) * 8
         best = self._fastest_ms(lambda: kernel((grid,), (256,), (a, b, c, np.uint64(n))), reps)
-        ok = bool((c[:4] == 3).all()) and bool((c[-4:] == 3).all())
+        ok = bool((c == 3).all())        # every word written, once more than the timed calls read
         del a, b, c
         if not ok:
             raise RuntimeError(f"the stream kernel {name} wrote the wrong values")

@@ -99,6 +99,8 @@ def feed_blocks(checks: Mapping[str, Sequence[verify.OutputCheck]], blocks: Iter
         if name not in checks:
             raise ValueError(f"the family's reference blocks name an output {name!r} the case does not have "
                              f"({sorted(checks)})")
+        if checks[name]:                 # on the outputs' device once, however many checks read it
+            values = checks[name][0].xp.asarray(values)
         for check in checks[name]:
             check.add(int(start), values)
         del values
@@ -117,8 +119,9 @@ def judge_outputs(outputs: Mapping[str, GuardedBuffer], refs: Mapping[str, Any],
     reference) per output, judged by verify.check_sampled_output (every element still written
     and finite); or, with `blocks`, the full reference in blocks (`feed_blocks`), each block also
     fed to the checks in `beside` (output name -> more verify.OutputChecks, e.g. the baselines'
-    results), which are read afterwards by their owner. Each output (each block) is one fused
-    pass (one sync each)."""
+    results), which are read afterwards by their owner. Blocks that leave part of an output out, or
+    name an output the case does not have, are the family's error (ValueError), not the candidate's
+    verdict. Each output (each block) is one fused pass (one sync each)."""
     problem = guards_problem(outputs)
     if problem:
         return problem, None, None

@@ -8,7 +8,6 @@ whole float64 dx (16 GiB) did not fit beside the timing sets and five baselines'
 
 from __future__ import annotations
 
-import gc
 import sys
 import weakref
 
@@ -171,8 +170,7 @@ class BlockFamily(tdr.Family):
         y = whole["y"].reshape(-1)
         n = int(case.params["N"])
         made = []
-        for r0 in range(0, int(case.params["M"]), 2):
-            gc.collect()
+        for r0 in range(0, int(case.params["M"]), 2):      # counted by reference counts alone: no gc.collect
             BlockFamily.most_held = max(BlockFamily.most_held, sum(ref() is not None for ref in made))
             block = y[r0 * n:(r0 + 2) * n].copy()
             made.append(weakref.ref(block))
@@ -229,3 +227,38 @@ def test_a_timed_launch_that_breaks_its_guards_fails_the_candidate_with_baseline
                                                          baselines=("numpy", "wrong")))
     assert res.status is Status.WRONG_RESULT, res.message
     assert "past the end of y" in res.cases[0].message
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named as cupy's and torch's are: what fitness.cuda_backend.is_out_of_memory recognises."""
+
+
+@pytest.mark.parametrize("where", ["making", "checking"])
+def test_running_out_of_memory_midway_through_the_blocks_frees_and_judges_again_from_the_first(where, monkeypatch):
+    """An allocation that fails on the third block, while the family makes it or while the judge checks it: the
+    judge frees what it holds and judges again from a new generator (never the half-read one), once."""
+    attempts = {"n": 0, "failed": 0}
+    orig_add = verify.OutputCheck.add
+
+    class OomFamily(BlockFamily):
+        def reference_blocks(self, case, inputs):
+            attempts["n"] += 1
+            for i, block in enumerate(BlockFamily.reference_blocks(self, case, inputs)):
+                if where == "making" and i == 2 and not attempts["failed"]:
+                    attempts["failed"] += 1
+                    raise OutOfMemoryError("out of memory allocating 256 MiB")
+                yield block
+
+    def add(check, start, ref):
+        if where == "checking" and start > 0 and check.name == "y" and not attempts["failed"]:
+            attempts["failed"] += 1
+            raise OutOfMemoryError("out of memory allocating 256 MiB")
+        return orig_add(check, start, ref)
+
+    monkeypatch.setattr(verify.OutputCheck, "add", add)
+    r = tdr.runner(tdr.KERNELS)
+    r._families[("fake_rmsnorm", "fake_root")] = OomFamily(dtypes=("bf16", "fp32"), with_rstd=True)
+    res = r.run(tdr.job("good", cases=[tdr.FAMILY.make_case(7, 520, "bf16")]))
+    assert res.status is Status.OK, res.message
+    assert attempts["failed"] == 1 and attempts["n"] >= 2
+    assert r.backend.launches == 4               # the reference judged again, not the case run again

@@ -260,7 +260,8 @@ def test_suspects_of_the_evidence_are_judged_again_right_after_the_champions(tmp
     assert seeds()[:5] == [1, 0, 3, 2, 4]            # c1's fastest verified, c2's; the suspects, best first; the rest
     assert seeds(seed_suspects=1)[:4] == [1, 0, 3, 4]
     assert seeds(seed_suspects=0)[:3] == [1, 0, 4]        # the default: records made before the field replay as made
-    assert seeds(seed_champions=False)[:4] == [3, 2, 0, 4]
+    assert seeds(seed_champions=False)[:5] == [0, 3, 2, 4, 1]      # after the best verified genome
+    assert seeds(seed_limit=2) == [1, 0]                           # the champions first, whatever the limit
     assert 5 not in seeds()
 
 

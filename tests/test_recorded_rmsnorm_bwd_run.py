@@ -233,3 +233,21 @@ def test_the_h100_config_seeds_from_session28_and_judges_its_suspects_again():
     fd05, f68c = (next(g for g in from_record if g.key.startswith(k)) for k in ("fd05ead7", "f68c3fba"))
     assert {space.make({**fd05, "row_schedule": "dynamic", "cluster_slack": 0}).key,
             space.make({**f68c, "row_schedule": "dynamic", "cluster_slack": 0}).key} <= {g.key for g in variants}
+
+
+def test_the_h200_config_starts_with_the_h100_runs_best_verified_genome_and_its_best_suspect():
+    """experiments/rmsnorm_bwd_h200.toml (since session 28): two genomes of the H100 run judged anew on the H200
+    (no carry across GPUs; the screening model not fitted on H100 verdicts), then the v11 seeds file whole."""
+    import json as _json  # noqa: PLC0415
+
+    from evo.config import load_config  # noqa: PLC0415
+    from evo.lessons import carried_evaluations, prior_evaluations, seed_genomes  # noqa: PLC0415
+
+    cfg = load_config(CONFIG)
+    space = load_space("rmsnorm_bwd", "v11")
+    seeds = seed_genomes(cfg, space)
+    assert [g.key[:8] for g in seeds[:2]] == ["c5040ac8", "a5e94166"]
+    listed = [space.make(s["genome"]).key
+              for s in _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v11.json").read_text())["genomes"]]
+    assert set(listed) <= {g.key for g in seeds} and len(seeds) == len({g.key for g in seeds}) == 32
+    assert carried_evaluations(cfg, space) == {} and prior_evaluations(cfg, space) == []

@@ -122,6 +122,15 @@ class BlockChecks:
         return _note(self.name, self.notes, [c.result() for c in self.checks.values()] if fed else [])
 
 
+def by_output(checks: Any) -> dict[str, list[verify.OutputCheck]]:
+    """output name -> every baseline's check of it (guarded.judge_outputs' `beside`)."""
+    out: dict[str, list[verify.OutputCheck]] = {}
+    for c in checks:
+        for name, check in c.checks.items():
+            out.setdefault(name, []).append(check)
+    return out
+
+
 def prepare(backend: Any, family: KernelFamily, case: Case, sets: Sequence[Mapping[str, Any]],
             names: Sequence[str], cache: BaselineCache,
             release: Callable[[], Any] | None = None) -> tuple[list[str], dict[str, str]]:
@@ -217,5 +226,5 @@ def _release(backend: Any, release: Callable[[], Any] | None) -> None:
     clear_pending_errors()          # the failed cudaMalloc's error must not become the next call's
 
 
-__all__ = ["BaselineCache", "BlockChecks", "MACHINE_LEVEL", "NOT_IMPORTABLE", "OUT_OF_MEMORY", "check_result", "machine_missing",
+__all__ = ["BaselineCache", "BlockChecks", "by_output", "MACHINE_LEVEL", "NOT_IMPORTABLE", "OUT_OF_MEMORY", "check_result", "machine_missing",
            "prepare"]

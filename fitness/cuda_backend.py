@@ -502,22 +502,18 @@ class CupyBackend:
 
     def _fastest_ms(self, call: Callable[[], None], reps: int) -> float:
         """The fastest of `reps` timed calls, after calls worth WARM_MS (at least two)."""
+        def timed() -> float:
+            a = self.record()
+            call()
+            b = self.record()
+            b.synchronize()
+            return self.elapsed_ms(a, b)
+
         warm, n = 0.0, 0
         while n < 2 or (warm < self.WARM_MS and n < 1000):
-            a = self.record()
-            call()
-            b = self.record()
-            b.synchronize()
-            warm += self.elapsed_ms(a, b)
+            warm += timed()
             n += 1
-        times = []
-        for _ in range(reps):
-            a = self.record()
-            call()
-            b = self.record()
-            b.synchronize()
-            times.append(self.elapsed_ms(a, b))
-        return float(min(times))
+        return float(min(timed() for _ in range(reps)))
 
     def _memcpy_tbps(self, nbytes: int, reps: int) -> float:
         cp = self.cp

@@ -779,12 +779,8 @@ class DeviceRunner:
             if refs.blocks is not None:      # the baselines' results judged by the same blocks, made once
                 checks = {name: baseline_runs.BlockChecks(self.xp, runs[name], result, tols, outs, name)
                           for name, result in (baseline_results or {}).items()}
-                beside: dict[str, list[Any]] = {}
-                for c in checks.values():
-                    for out_name, check in c.checks.items():
-                        beside.setdefault(out_name, []).append(check)
-                problem, _, _ = judge_outputs(tb.out_sets[s], {}, tols, blocks=refs.blocks, beside=beside,
-                                              scratch=tuple(scratch))
+                problem, _, _ = judge_outputs(tb.out_sets[s], {}, tols, blocks=refs.blocks,
+                                              beside=baseline_runs.by_output(checks.values()), scratch=tuple(scratch))
                 new_notes = {name: c.note() for name, c in checks.items()}
             else:
                 problem, _, _ = judge_outputs(tb.out_sets[s], refs.whole or {}, tols, sampled=refs.sampled,

@@ -206,9 +206,10 @@ def carried_evaluations(cfg: Config, space: GeneSpace,
                         evidence: ReplayEvaluator | None = None) -> dict[str, Evaluation]:
     """search.carry_seeds: the seed_from evaluations a run may answer its seeds from (the GPU
     judge still decides, per evaluation, whether it is what it would measure now; see
-    Evaluator.accepts_evidence). Empty without carry_seeds or with a replay evaluator (a replay
-    answers every genome from its recording anyway)."""
-    if not cfg.search.carry_seeds or not cfg.search.seed_from or cfg.evaluator.kind != "gpu":
+    Evaluator.accepts_evidence). A replay evaluator gets them too: it carries exactly what the recorded
+    run carried, so that its asks come in the recorded order (carried seeds are recorded before the
+    judged ones). Empty without carry_seeds."""
+    if not cfg.search.carry_seeds or not cfg.search.seed_from:
         return {}
     evidence = evidence if evidence is not None else seed_evidence(cfg, space)
     return {e.key: e for e in evidence.evaluations() if e.space == space.name and space.is_valid(e.genome)}

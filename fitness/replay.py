@@ -69,6 +69,18 @@ class ReplayEvaluator(Evaluator):
                                      "started_at": start, "finished_at": time.time()}))
         return out
 
+    def accepts_evidence(self, evaluation: Evaluation) -> str:
+        """The recorded run's own decision: "" where the recording answered this genome from earlier
+        evidence (search.carry_seeds: its verdict has `carried_from`), else why not. The facts the
+        recorded judge compared (device, driver, kernel source) are not here to compare again, and a
+        replay must ask in the recorded order: carried seeds are recorded before the judged ones."""
+        ev = self._table.get(evaluation.key)
+        if ev is None:
+            return "not in the replay table"
+        if "carried_from" not in ev.artifacts:
+            return "the recorded run judged it again"
+        return ""
+
     def describe(self) -> dict[str, Any]:
         any_ev = next(iter(self._table.values()), None)
         return {"device": f"replay of {any_ev.device if any_ev else '?'}",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.config import from_dict
-from evo.lessons import prior_evaluations, seed_genomes
+from evo.lessons import carried_evaluations, prior_evaluations, seed_genomes
 from evo.run import Run, new_run_info
 from evo.rundir import without_nulls
 from evo.store import open_store
@@ -32,7 +32,8 @@ def replay_recording(recording: dict[str, Any], path: Path, config_source: Path,
     store = open_store("memory://")
     store.create_run(new_run_info(cfg, "replay"))
     summary = Run(cfg, space, store, ReplayEvaluator.from_file(path), "replay",
-                  seeds=seed_genomes(cfg, space), prior=prior_evaluations(cfg, space)).optimize()
+                  seeds=seed_genomes(cfg, space), prior=prior_evaluations(cfg, space),
+                  carried=carried_evaluations(cfg, space)).optimize()
     recorded = [(x["key"], x["generation"], x["operator"], tuple(x["parents"])) for x in recording["lineage"]]
     replayed = [(r.key, r.generation, r.operator, r.parents) for r in store.records("replay")]
     return store, summary, recorded, replayed

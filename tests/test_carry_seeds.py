@@ -80,9 +80,11 @@ def test_refused_evidence_is_judged_again_and_the_reason_kept(synthetic_space, s
     assert [why for _, why in run.carry_log] == ["device differs: recorded 'synthetic', here 'another GPU'"] * 6
 
 
-def test_only_a_gpu_run_with_carry_seeds_carries_and_the_option_needs_seed_from(synthetic_space, synthetic_table):
-    assert carried_evaluations(_config(synthetic_table), synthetic_space) == {}          # replay evaluator
+def test_carry_seeds_offers_the_seed_records_verdicts_and_the_option_needs_seed_from(synthetic_space, synthetic_table):
+    offered = carried_evaluations(_config(synthetic_table), synthetic_space)       # a replay evaluator gets them too
+    assert set(offered) == {e.key for e in synthetic_table.evaluations()}
     assert carried_evaluations(make_config(), synthetic_space) == {}
+    assert carried_evaluations(make_config(search={"seed_from": str(synthetic_table.source)}), synthetic_space) == {}
     with pytest.raises(ConfigError, match="search.carry_seeds: there is nothing to carry without search.seed_from"):
         make_config(search={"carry_seeds": True})
 
@@ -189,3 +191,37 @@ def test_a_carried_verdict_is_recorded_in_the_runs_spelling_of_the_genome(record
     assert out.genome["weight_batch"] == 1 and SPACE_V3.make(out.genome).key == ev.key == g.key
     assert out.artifacts["carried_from"].endswith("session4/rmsnorm_fwd_h200_run.json.gz")
     assert out.artifacts["gpu_seconds"] == 0.0 and out.cases == ev.cases
+
+
+def test_a_replay_carries_what_the_recorded_run_carried_and_asks_in_its_order(synthetic_space, synthetic_table,
+                                                                            tmp_path):
+    """A recorded run that carried some seeds (not the first ones) and judged the others is replayed ask for ask:
+    the replay evaluator accepts exactly the recorded run's carried verdicts, so the carried seeds are recorded
+    first, as on the GPU, and the judged ones after them."""
+    import dataclasses  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    from fitness.replay import ReplayEvaluator  # noqa: PLC0415
+
+    cfg = _config(synthetic_table)
+    seeds = seed_genomes(cfg, synthetic_space)
+    refused = {seeds[1].key, seeds[3].key}
+
+    class Picky(CountingJudge):
+        def accepts_evidence(self, evaluation):
+            return "judged again here" if evaluation.key in refused else ""
+
+    offered = {e.key: e for e in synthetic_table.evaluations()}
+    _, records = _run(synthetic_space, synthetic_table, Picky(synthetic_table), cfg, offered)
+    order = [r.key for r in records]
+    assert order[:4] == [g.key for g in seeds if g.key not in refused][:4] and set(order[4:6]) == refused
+    path = tmp_path / "recorded.json"
+    path.write_text(json.dumps({"evaluations": [dataclasses.replace(r.evaluation).to_dict() for r in records]}))
+    replay = ReplayEvaluator.from_file(path, space=synthetic_space)
+    assert [replay.accepts_evidence(offered[g.key]) == "" for g in seeds] == [g.key not in refused for g in seeds]
+    store = open_store("memory://")
+    replay_cfg = cfg.with_overrides({"evaluator.kind": "replay", "evaluator.replay": str(path)})
+    store.create_run(new_run_info(replay_cfg, "r"))
+    Run(replay_cfg, synthetic_space, store, replay, "r", seeds=seed_genomes(replay_cfg, synthetic_space),
+        carried=carried_evaluations(replay_cfg, synthetic_space)).optimize()
+    assert [r.key for r in store.records("r")] == order

@@ -797,9 +797,10 @@ class DeviceRunner:
                 free_own()               # the reference's blocks: to the device, where the baselines can get them
             return problem
 
+        checked = {name for name in names if callable(getattr(tb.baselines.runs.get((name, 0)), "as_outputs", None))}
         outcome = time_case(self.backend, steps=steps, args=args, out_sets=tb.out_sets,
                             baselines=timed, names=names, timing=timing, rng=rng, judge=judge,
-                            deterministic=deterministic)
+                            deterministic=deterministic, checked=checked)
         if outcome.status is not Status.OK:
             return _CaseOutcome(CaseResult(case=case.id, status=outcome.status, params=params, message=outcome.message),
                                 context_lost=outcome.status is Status.TIMEOUT)

@@ -42,6 +42,11 @@ WARMUP_BUDGET_S = 0.005            # warm-up rounds beyond the first stop once t
 SHIELD_MIN_HOST_S = 20e-6          # host calls longer than this get a launch shield (the flush takes ~35 us)
 SHIELD_FACTOR = 1.5                # shield = this x the median host time of the implementation's call
 SHIELD_MAX_S = 2e-3
+#: a baseline result larger than this is not kept through the timing for the final check: that baseline is
+#: called once more after the timing, untimed, and its result checked alone, then let go. Session 29's H100
+#: table: the fp32 cases of 2**31 elements held two timing sets (48 GiB) beside three peers' kept 8 GiB
+#: results, and INT21, QuACK and torch found no room for their own 8 GiB outputs (74 GiB of 80 held).
+KEEP_RESULT_BYTES = 1 << 30
 
 
 def rotation_sets(working_bytes: int, l2_bytes: int, enabled: bool = True, cap: int = MAX_INPUT_SETS,
@@ -131,7 +136,8 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
               out_sets: Sequence[Mapping[str, GuardedBuffer]], baselines: Mapping[tuple[str, int], Callable[[], Any]],
               names: Sequence[str], timing: Any, rng: np.random.Generator,
               judge: Callable[[int, Mapping[str, Any] | None], str | None],
-              deterministic: Sequence[str]) -> TimingOutcome:
+              deterministic: Sequence[str], keep_bytes: int | None = None,
+              checked: Any = None) -> TimingOutcome:
     """Time the candidate (`steps`: (kernel, Launch) pairs run in order between one pair of events,
     step i with `args[s][i]`, writing `out_sets[s]`) and the baselines
     `names` (`baselines[(name, s)]`) on every input set s, in rotating interleaved rounds.
@@ -140,7 +146,11 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
     launch on set s) and returns a problem or None; for set 0's final judgement it also gets each
     baseline's last result there, to check against the same reference. A baseline call after which
     the callable's `freed` is true (the judge freed device memory inside it) is no sample.
-    `deterministic`: the outputs whose every launch on a set must be bit-identical. `rng` is the job's run-time generator (which launches are judged)."""
+    `deterministic`: the outputs whose every launch on a set must be bit-identical. `rng` is the job's run-time generator (which launches are judged).
+    A baseline whose result on set 0 is larger than `keep_bytes` (default KEEP_RESULT_BYTES) is checked after the timing instead, on a
+    call of its own (`judge(0, {name: result})`, one baseline at a time), so that no two large results are
+    ever held together; a failure there is a note, the baseline's samples stand. `checked`: the baselines
+    whose results the judge checks (None: all); the others' results are never kept."""
     n_sets = len(out_sets)
     impls = [CANDIDATE] + list(names)
     samples: dict[str, list[float]] = {i: [] for i in impls}
@@ -155,7 +165,9 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
     spin = getattr(backend, "spin", None)
     shield = LaunchShield()
     prints: list[tuple[int, int, list[Any]]] = []    # (round, set, fingerprint partials per output)
+    keep_bytes = KEEP_RESULT_BYTES if keep_bytes is None else int(keep_bytes)
     kept: dict[str, Any] = {}                        # each baseline's last result on input set 0
+    alone: list[str] = []                            # baselines whose results are too large to keep: checked after
     p_extra = 0.0                                    # chance that a finished batch's last launch is judged
 
     def runs(impl: str, rr: int) -> bool:
@@ -190,8 +202,11 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                     call = baselines[(impl, s)]
                     try:
                         result = call()
-                        if s == 0:
-                            kept[impl] = result          # checked after the timing (judge's `baselines`)
+                        if s == 0 and impl not in alone and (checked is None or impl in checked):
+                            if result_nbytes(result) <= keep_bytes:
+                                kept[impl] = result      # checked after the timing (judge's `baselines`)
+                            else:
+                                alone.append(impl)       # checked on a call of its own after the timing
                         del result
                     except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
                         status = backend.cuda_status(exc)
@@ -249,6 +264,25 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                          f"[timed launches: launch {last + 1} of {rounds} (the last on input set {s})] {problem}",
                          judged=judged)
     kept.clear()
+    notes: list[str] = []
+    for impl in alone:                                   # one large result at a time, nothing else kept
+        if impl in dropped:
+            continue
+        try:
+            result = baselines[(impl, 0)]()
+            problem = judge(0, {impl: result})
+            del result
+        except Exception as exc:  # noqa: BLE001 - the baseline's check, not the candidate's verdict
+            status = backend.cuda_status(exc)
+            if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
+                raise
+            clear_pending_errors()
+            notes.append(f"baseline {impl}: its result was not checked (called alone after the timing: "
+                         f"{type(exc).__name__}: {exc})")
+            continue
+        if problem:                                      # the candidate's set-0 output, judged again with it
+            return _fail(samples, Status.WRONG_RESULT, f"[timed launches, input set 0, judged again beside "
+                                                       f"baseline {impl}] {problem}", judged=judged)
     # ... and every launch on a set wrote what that one wrote
     if deterministic and prints:
         folded = _fold_all(backend, prints)
@@ -264,8 +298,19 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                              f"inputs wrote other {'/'.join(deterministic)} bits than the verified last one "
                              f"(first: launch {odd[0] + 1} of {rounds}): every timed launch must compute the "
                              f"same outputs", judged=judged)
-    notes = [n for n in (shield.note(),) if n]
+    notes += [n for n in (shield.note(),) if n]
     return TimingOutcome(samples=samples, dropped=dropped, judged=judged, launches=n_launches, notes=notes)
+
+
+def result_nbytes(result: Any) -> int:
+    """Device bytes a baseline's result holds: arrays and tensors (their `nbytes`), inside tuples,
+    lists and dicts; anything else counts 0."""
+    if isinstance(result, (tuple, list)):
+        return sum(result_nbytes(r) for r in result)
+    if isinstance(result, dict):
+        return sum(result_nbytes(r) for r in result.values())
+    n = getattr(result, "nbytes", None)
+    return int(n) if isinstance(n, (int, np.integer)) else 0
 
 
 def _fold_all(backend: Any, prints: Sequence[tuple[int, int, list[Any]]]) -> list[tuple[tuple[int, int], ...]]:
@@ -288,5 +333,5 @@ def _fold_all(backend: Any, prints: Sequence[tuple[int, int, list[Any]]]) -> lis
     return out
 
 
-__all__ = ["CANDIDATE", "CHECKED_RANDOM_ROUNDS", "LaunchShield", "MAX_INPUT_SETS", "TimingOutcome", "launch_candidate",
-           "median_iqr", "rotated", "rotation_sets", "time_case"]
+__all__ = ["CANDIDATE", "CHECKED_RANDOM_ROUNDS", "KEEP_RESULT_BYTES", "LaunchShield", "MAX_INPUT_SETS", "TimingOutcome", "launch_candidate",
+           "median_iqr", "result_nbytes", "rotated", "rotation_sets", "time_case"]

@@ -206,7 +206,14 @@ def test_cheats_fail_in_blocks_as_they_fail_whole(kernel, words):
         assert w in blocks.cases[0].message
 
 
-def test_timed_baselines_are_judged_by_the_same_blocks():
+@pytest.mark.parametrize("alone", [False, True], ids=["kept", "checked-alone"])
+def test_timed_baselines_are_judged_by_the_same_blocks(alone, monkeypatch):
+    """Kept through the timing, or (results over fitness.timing.KEEP_RESULT_BYTES) called again and checked
+    one at a time after it: the same verdicts."""
+    if alone:
+        from fitness import timing  # noqa: PLC0415
+
+        monkeypatch.setattr(timing, "KEEP_RESULT_BYTES", 0)
     res = _block_runner(tdr.KERNELS).run(tdr.job("good", BENCH, cases=[tdr.FAMILY.make_case(5, 256, "fp32")],
                                                  baselines=("numpy", "wrong")))
     assert res.status is Status.OK, res.message

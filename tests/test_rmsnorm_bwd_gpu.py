@@ -282,3 +282,41 @@ def test_v11_twins_write_their_v10_twins_outputs_and_pass_the_judge_bf16(tmp_pat
     assert ran >= 5 * len(pairs), ran
     genomes = [t for t, _ in pairs]
     _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")
+
+
+def test_v12_dynamic_short_schedule_twins_write_their_static_twins_dx_and_pass_the_judge_bf16(tmp_path):
+    """Space v12: short_schedule = dynamic hands the unclustered launches' row groups out through the counter
+    (bwd_sched_init first). A row's dx is computed by one CTA with the static twin's code whichever CTA takes
+    it, so on every bf16 case of at most 2^30 elements the dynamic twins of session 29's H100 table genomes
+    (atomic dw, partial rows with a dynamic cluster, INT21's 8K layout, short rows of clusters of 4) write
+    their static twins' dx bit for bit, launched as the judge launches them (pdl included); dw is summed in
+    another order (the judge verifies it). A CTA reading a stale group index, or two CTAs taking one group,
+    would leave poison or write a row twice differently; then the whole judge passes them."""
+    _gpu_or_skip()
+    import cupy as cp  # noqa: PLC0415
+
+    from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
+    from tests.device_runs import load_modules, run_genome  # noqa: PLC0415
+    from tests.test_rmsnorm_bwd_v12 import _dynamic, _recorded  # noqa: PLC0415
+
+    family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
+    pairs = [(_dynamic(_recorded(k)), _recorded(k)) for k in ("fc59536a", "1c3f9f09", "c0755542", "cc311014")]
+    cases = [c for c in family.benchmark_cases("quack:bf16") + family.check_cases() if c.params["M"] * c.params["N"] <= 2**30]
+    backend = CupyBackend()
+    modules = load_modules(backend, family, [g for pair in pairs for g in pair], tmp_path / "compile")
+    ran = 0
+    for twin, base in pairs:
+        for i, case in enumerate(cases):
+            if family.launch(twin, case) is None:
+                continue
+            dev = family.make_inputs(case, cp.random.RandomState(1200 + i), family.distributions[i % 2], xp=cp)
+            a = run_genome(backend, family, twin, case, dev, modules[twin.key])
+            b = run_genome(backend, family, base, case, dev, modules[base.key])
+            x = a["dx"]
+            differ = int((x.view(f"u{x.itemsize}") != b["dx"].view(f"u{x.itemsize}")).sum())
+            print(twin.key[:8], case.id, "dx differing elements", differ, "of", x.size)
+            assert differ == 0, (base.key[:8], twin.key[:8], case.id, differ)
+            ran += 1
+    assert ran >= 5 * len(pairs), ran
+    genomes = [t for t, _ in pairs]
+    _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")

@@ -59,7 +59,7 @@ def _cases():
 
 def test_v11_adds_a_gene_and_two_values_and_v10_genomes_keep_their_keys():
     v10, v11 = SPACES["v10"], SPACES["v11"]
-    assert SPACE is v11 and v11.names == v10.names + ("launch_overlap",)
+    assert v11.names == v10.names + ("launch_overlap",)
     assert v11.gene("launch_overlap").legacy == "none"
     assert v11.gene("specialize").values() == ("none", "exact", "exact_width")
     assert v11.gene("pass2_data").values() == ("reread", "regs", "regs_exact")
@@ -245,7 +245,7 @@ def test_v11_seeds_are_the_table_beside_its_v11_twins_with_predictions(path):
     assert len(names) == len(set(names)) >= 1
     if path.name == "rmsnorm_bwd_v11.json":
         cfg = load_config(REPO / "experiments" / "rmsnorm_bwd_h200.toml")
-        assert cfg.experiment.space_version == "v11" and str(cfg.search.seed_genomes).endswith(path.name)
+        assert cfg.experiment.space_version in ("v11", "v12") and str(cfg.search.seed_genomes).endswith(path.name)
         assert len(names) >= 20
     allowed = {"specialize", "launch_overlap", "pass2_data"}
     for s in seeds:

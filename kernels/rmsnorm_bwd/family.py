@@ -7,7 +7,8 @@
   `__cluster_dims__(C, 1, 1)`), per x dtype; `bwd_dw_reduce` and `bwd_dw_zero`. Pure.
 * `launch(genome, case)`: dw_reduce = partials: [main, bwd_dw_reduce]; atomic: [bwd_dw_zero, main];
   a clustered launch of a row_schedule = dynamic genome (space v3) starts with bwd_sched_init
-  (the row-group counter, and dw for atomics) instead: [init, main, reduce] | [init, main].
+  (the row-group counter, and dw for atomics) instead: [init, main, reduce] | [init, main]; so does
+  an unclustered launch of a short_schedule = dynamic genome (space v12).
   cluster_exchange = async (space v4) changes only the clustered entry's code (BWD_XCHG_ASYNC).
   staging = l2 (space v5): no staging buffers (dynamic shared memory = the dw accumulators only),
   the same launches.
@@ -147,8 +148,9 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
     groups = -(-M // rows)
     per_sm = min(g["ctas_per_sm"], resident_ctas(g, tpr * rows, shared))
     slack = g.get("cluster_slack", 0) if c > 1 else 0
-    # a dynamic schedule keeps its counter in the workspace row past the partial rows
-    dyn = c > 1 and g.get("row_schedule", "static") == "dynamic"
+    # a dynamic schedule keeps its counter in the workspace row past the partial rows: clustered launches
+    # with row_schedule = dynamic, unclustered ones with short_schedule = dynamic (v12)
+    dyn = g.get("row_schedule", "static") == "dynamic" if c > 1 else g.get("short_schedule", "static") == "dynamic"
     one_wave = SM_COUNT * per_sm // c - slack
     room = op.max_parts(M, N) - int(dyn)
     # waves (v8): whole waves of clusters, as many as the workspace's partial rows hold (at least one)
@@ -294,6 +296,9 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         out["BWD_CPASYNC"] = q(cop + (".L2::cache_hint" if g["load_cache"] == "nc_ef" else "") + pf)
     if g.get("row_schedule", "static") == "dynamic":
         out["BWD_SCHED_DYNAMIC"] = "1"
+    if g.get("short_schedule", "static") == "dynamic":      # (v12) the schedule's code for every entry
+        out["BWD_SCHED_DYNAMIC"] = "1"
+        out["BWD_SCHED_CLUSTER"] = str(int(g.get("row_schedule", "static") == "dynamic"))
     if g.get("dw_acc", "regs") == "smem":
         out["BWD_DW_SMEM"] = "1"
     if g.get("staging", "regs") == "l2":
@@ -429,6 +434,8 @@ def promises(genome: Mapping[str, Any]) -> dict[str, Sequence[str]]:
         out["cluster_async_exchange"] = ["STAS"]
     if g.get("row_schedule", "static") == "dynamic":
         out["cluster_row_counter"] = ["ATOMG.E.ADD"]
+    if g.get("short_schedule", "static") == "dynamic":
+        out["row_counter"] = ["ATOMG.E.ADD"]
     if g.get("dw_acc", "regs") == "smem":
         out["dw_shared"] = ["STS.128", "STS.64"]
     if g["rstd_mode"] == "recompute":

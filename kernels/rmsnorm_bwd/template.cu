@@ -53,6 +53,12 @@
 //@ non-coherent path is for data read-only during the kernel's lifetime, which an overlapped launch breaks.
 //@ Deadlock-free: no kernel waits on a later one, and a waiting CTA holds only room that no unstarted CTA
 //@ of the kernel before needs (the later kernel is scheduled once every CTA of that one has started).
+//@ short_schedule = dynamic (space v12; //@short_schedule regions): the unclustered entries take their row
+//@ groups from the counter too (BWD_SCHED_DYNAMIC is then defined 1 so the schedule's code compiles, and
+//@ BWD_SCHED_CLUSTER says whether the clustered entries use it: row_schedule). Thread (0, 0) fetches a
+//@ visit's next group and writes it into xg[par] before the row reduction's CTA barrier (one more barrier
+//@ where a row has a warp or less, which has none), every thread reads it after: the parity argument of
+//@ row_reduce covers it as it covers `red`.
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 
@@ -357,6 +363,11 @@ __device__ __forceinline__ void row_reduce(float* v, int tpr, int par, float (*r
 #pragma unroll
       for (int i = 0; i < BWD_NV; ++i) red[par][i][lin >> 5] = v[i];
     }
+//@short_schedule new
+    if constexpr (C == 1) {
+      if (xg != nullptr && lin == 0) xg[par] = nxt;   // the CTA's next group, across the barrier below
+    }
+//@short_schedule end
     __syncthreads();
     const int w0 = threadIdx.y * wpr;
 #pragma unroll
@@ -366,6 +377,17 @@ __device__ __forceinline__ void row_reduce(float* v, int tpr, int par, float (*r
       v[i] = s;
     }
   }
+//@short_schedule new
+  if constexpr (C == 1) {
+    if (xg != nullptr) {
+      if (tpr <= 32) {                           // rows of a warp or less reduce without a CTA barrier
+        if (lin == 0) xg[par] = nxt;
+        __syncthreads();
+      }
+      *got = xg[par];
+    }
+  }
+//@short_schedule end
   if constexpr (C > 1) {
     // xch[par][src][row][i]: every CTA's row sums in every CTA of the cluster
     const unsigned me = cluster_rank();
@@ -725,19 +747,38 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   // (the counter's address and `dyn` are recomputed from kernel parameters where used: fewer
   // registers live across the row loop)
 #define BWD_CTR reinterpret_cast<int*>(dw_part + (size_t)(gridDim.x / C) * (size_t)N)
+//@short_schedule legacy
   const bool dyn = C > 1 && gridDim.x > C;
+//@short_schedule new
+  // (v12) the unclustered entries always; the clustered ones with row_schedule = dynamic
+  const bool dyn = (C > 1 ? BWD_SCHED_CLUSTER != 0 : true) && gridDim.x > C;
+//@short_schedule end
   if (dyn) {
+//@short_schedule legacy
     cluster_sync();                              // every CTA of the cluster is running
+//@short_schedule new
+    if constexpr (C > 1) cluster_sync();         // every CTA of the cluster is running
+//@short_schedule end
     if (rank == 0 && tx == 0 && ty == 0) {
 //@launch_overlap new
       pdl_wait();                                // (v11) bwd_sched_init has zeroed the counter
 //@launch_overlap end
       const int b = fetch_groups(BWD_CTR, S);
+//@short_schedule new
+      if constexpr (C == 1) {
+#pragma unroll
+        for (int q = 0; q < S; ++q) gst[q] = b + q;
+      } else
+//@short_schedule end
       for (int dst = 0; dst < C; ++dst)
 #pragma unroll
         for (int q = 0; q < S; ++q) st_cluster_s32(gst + q, (unsigned)dst, b + q);
     }
+//@short_schedule legacy
     cluster_sync();
+//@short_schedule new
+    if constexpr (C > 1) cluster_sync(); else __syncthreads();
+//@short_schedule end
 #pragma unroll
     for (int q = 0; q < S; ++q) gq[q] = gst[q];
   }

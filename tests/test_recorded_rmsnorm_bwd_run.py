@@ -174,6 +174,18 @@ SESSION29_H100 = REPO / "results" / "rmsnorm_bwd_h100_run.json.gz"
 H100_CONFIG = REPO / "experiments" / "rmsnorm_bwd_h100.toml"
 
 
+def _replayed_h100(path, seed_from, evaluations: int) -> dict:
+    """An H100 record replayed ask for ask with the H100 config (its seed_from record archived since): the
+    same asks in the same order, each replayed verdict's status the recorded one; the recorded evaluations by key."""
+    recording = json.loads(gzip.decompress(path.read_bytes()))
+    store, _, recorded, replayed = replay_recording(recording, path, H100_CONFIG, **{"search.seed_from": str(seed_from)})
+    assert len(recorded) == evaluations and replayed == recorded
+    by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
+    for r in store.records("replay"):
+        assert r.evaluation.status is by_key[r.key].status
+    return by_key
+
+
 def test_session28_h100_record_carried_17_seeds_and_its_suspects_are_the_ceilings_not_the_kernels():
     """Session 28's H100 run (results/archive/session28/rmsnorm_bwd_h100_run.json.gz; seed_from session 27's record, now
     archived, with carry_seeds) replays ask for ask: 36 evaluations, 17 seeds answered from session 27's
@@ -182,13 +194,7 @@ def test_session28_h100_record_carried_17_seeds_and_its_suspects_are_the_ceiling
     aeaa327f with its two v11 twins. Each is verified on every case it runs and none is faster than about
     3.08 TB/s, the add kernel's own speed on this H100 (3.04-3.07 in the same table), so the ceiling was low,
     not the kernels fast: the judge's ceiling is now the fastest of three patterns after a warm-up."""
-    recording = json.loads(gzip.decompress(SESSION28_H100.read_bytes()))
-    store, _, recorded, replayed = replay_recording(recording, SESSION28_H100, H100_CONFIG,
-                                                    **{"search.seed_from": str(SESSION27_H100)})
-    assert len(recorded) == 36 and replayed == recorded
-    by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
-    for r in store.records("replay"):
-        assert r.evaluation.status is by_key[r.key].status
+    by_key = _replayed_h100(SESSION28_H100, SESSION27_H100, 36)
     evs = list(by_key.values())
     assert all(e.status is Status.OK and e.device.startswith("NVIDIA H100") for e in evs)
     assert sum(1 for e in evs if e.artifacts.get("carried_from")) == 17
@@ -212,13 +218,7 @@ def test_session29_h100_record_judged_session28s_suspects_again_against_a_ceilin
     two-reads-a-write stream the fastest; torch.add ran 3.09 in the ceiling's GPU test), and no genome was flagged:
     the four suspects came out verified, a5e94166 at 1.10x INT21 at 131072-262144 as before. One child is INVALID
     (it spills), its verdict a value, not an error."""
-    recording = json.loads(gzip.decompress(SESSION29_H100.read_bytes()))
-    store, _, recorded, replayed = replay_recording(recording, SESSION29_H100, H100_CONFIG,
-                                                    **{"search.seed_from": str(SESSION28_H100)})
-    assert len(recorded) == 48 and replayed == recorded
-    by_key = {e["key"]: Evaluation.from_dict(e) for e in recording["evaluations"]}
-    for r in store.records("replay"):
-        assert r.evaluation.status is by_key[r.key].status
+    by_key = _replayed_h100(SESSION29_H100, SESSION28_H100, 48)
     evs = list(by_key.values())
     assert all(e.device.startswith("NVIDIA H100") for e in evs if e.device)
     assert sum(1 for e in evs if e.artifacts.get("carried_from")) == 19

@@ -70,6 +70,27 @@ def _check(family, genomes, evaluations, matrix: str):
     assert not failures, "\n".join(failures)
 
 
+def _twin_outputs(family, pairs, seed: int, tmp_path):
+    """(twin, base, case, twin's outputs, base's outputs) for each (twin, base) pair on every bf16 benchmark and
+    CHECK case of at most 2^30 elements the twin runs, both on the same device inputs (seeded by `seed` and the
+    case's index), launched as the judge launches them."""
+    import cupy as cp  # noqa: PLC0415
+
+    from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
+    from tests.device_runs import load_modules, run_genome  # noqa: PLC0415
+
+    cases = [c for c in family.benchmark_cases("quack:bf16") + family.check_cases() if c.params["M"] * c.params["N"] <= 2**30]
+    backend = CupyBackend()
+    modules = load_modules(backend, family, [g for pair in pairs for g in pair], tmp_path / "compile")
+    for twin, base in pairs:
+        for i, case in enumerate(cases):
+            if family.launch(twin, case) is None:
+                continue
+            dev = family.make_inputs(case, cp.random.RandomState(seed + i), family.distributions[i % 2], xp=cp)
+            yield (twin, base, case, run_genome(backend, family, twin, case, dev, modules[twin.key]),
+                   run_genome(backend, family, base, case, dev, modules[base.key]))
+
+
 def test_every_reduction_variant_passes_the_judge_bf16(tmp_path):
     _gpu_or_skip()
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
@@ -243,10 +264,6 @@ def test_v11_twins_write_their_v10_twins_outputs_and_pass_the_judge_bf16(tmp_pat
     passes them. A pdl kernel reading before its griddepcontrol.wait would read the poison or a stale
     counter on some launches and differ or fail here."""
     _gpu_or_skip()
-    import cupy as cp  # noqa: PLC0415
-
-    from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
-    from tests.device_runs import load_modules, run_genome  # noqa: PLC0415
     from tests.test_rmsnorm_bwd_v11 import _v10  # noqa: PLC0415
 
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
@@ -260,25 +277,16 @@ def test_v11_twins_write_their_v10_twins_outputs_and_pass_the_judge_bf16(tmp_pat
         if key in ("aeaa327f", "69ec6ae8"):         # the row held in the exact entries only (regs_exact)
             pairs.append((space.make(dict(base, specialize="exact_width", launch_overlap="pdl",
                                           pass2_data="regs_exact")), base))
-    cases = [c for c in family.benchmark_cases("quack:bf16") + family.check_cases() if c.params["M"] * c.params["N"] <= 2**30]
-    backend = CupyBackend()
-    modules = load_modules(backend, family, [g for pair in pairs for g in pair], tmp_path / "compile")
     ran = 0
-    for twin, base in pairs:
-        for i, case in enumerate(cases):
-            if family.launch(twin, case) is None:
-                continue
-            dev = family.make_inputs(case, cp.random.RandomState(900 + i), family.distributions[i % 2], xp=cp)
-            a = run_genome(backend, family, twin, case, dev, modules[twin.key])
-            b = run_genome(backend, family, base, case, dev, modules[base.key])
-            for name, x in a.items():
-                if name == "dw" and (base["dw_reduce"] == "atomic" or base["row_schedule"] == "dynamic"):
-                    continue        # which CTA sums which rows varies launch to launch (see the exact twins' test)
-                bits = f"u{x.itemsize}"
-                differ = int((x.view(bits) != b[name].view(bits)).sum())
-                print(twin.key[:8], case.id, name, "differing elements", differ, "of", x.size)
-                assert differ == 0, (base.key[:8], twin.key[:8], case.id, name, differ)
-            ran += 1
+    for twin, base, case, a, b in _twin_outputs(family, pairs, 900, tmp_path):
+        for name, x in a.items():
+            if name == "dw" and (base["dw_reduce"] == "atomic" or base["row_schedule"] == "dynamic"):
+                continue            # which CTA sums which rows varies launch to launch (see the exact twins' test)
+            bits = f"u{x.itemsize}"
+            differ = int((x.view(bits) != b[name].view(bits)).sum())
+            print(twin.key[:8], case.id, name, "differing elements", differ, "of", x.size)
+            assert differ == 0, (base.key[:8], twin.key[:8], case.id, name, differ)
+        ran += 1
     assert ran >= 5 * len(pairs), ran
     genomes = [t for t, _ in pairs]
     _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")
@@ -293,30 +301,17 @@ def test_v12_dynamic_short_schedule_twins_write_their_static_twins_dx_and_pass_t
     another order (the judge verifies it). A CTA reading a stale group index, or two CTAs taking one group,
     would leave poison or write a row twice differently; then the whole judge passes them."""
     _gpu_or_skip()
-    import cupy as cp  # noqa: PLC0415
-
-    from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
-    from tests.device_runs import load_modules, run_genome  # noqa: PLC0415
     from tests.test_rmsnorm_bwd_v12 import _dynamic, _recorded  # noqa: PLC0415
 
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
     pairs = [(_dynamic(_recorded(k)), _recorded(k)) for k in ("fc59536a", "1c3f9f09", "c0755542", "cc311014")]
-    cases = [c for c in family.benchmark_cases("quack:bf16") + family.check_cases() if c.params["M"] * c.params["N"] <= 2**30]
-    backend = CupyBackend()
-    modules = load_modules(backend, family, [g for pair in pairs for g in pair], tmp_path / "compile")
     ran = 0
-    for twin, base in pairs:
-        for i, case in enumerate(cases):
-            if family.launch(twin, case) is None:
-                continue
-            dev = family.make_inputs(case, cp.random.RandomState(1200 + i), family.distributions[i % 2], xp=cp)
-            a = run_genome(backend, family, twin, case, dev, modules[twin.key])
-            b = run_genome(backend, family, base, case, dev, modules[base.key])
-            x = a["dx"]
-            differ = int((x.view(f"u{x.itemsize}") != b["dx"].view(f"u{x.itemsize}")).sum())
-            print(twin.key[:8], case.id, "dx differing elements", differ, "of", x.size)
-            assert differ == 0, (base.key[:8], twin.key[:8], case.id, differ)
-            ran += 1
+    for twin, base, case, a, b in _twin_outputs(family, pairs, 1200, tmp_path):
+        x = a["dx"]
+        differ = int((x.view(f"u{x.itemsize}") != b["dx"].view(f"u{x.itemsize}")).sum())
+        print(twin.key[:8], case.id, "dx differing elements", differ, "of", x.size)
+        assert differ == 0, (base.key[:8], twin.key[:8], case.id, differ)
+        ran += 1
     assert ran >= 5 * len(pairs), ran
     genomes = [t for t, _ in pairs]
     _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")

@@ -28,6 +28,7 @@ from fitness.device import as_launches
 from fitness.family import load_family
 from genomes.rmsnorm_bwd import SPACE, SPACES, as_scheduled
 from tests.test_rmsnorm_bwd_exact import assert_rendered_as_at, compiled_clean, packaged_kernels_match
+from tests.test_rmsnorm_bwd_v11 import _functions
 
 FAMILY = load_family("rmsnorm_bwd")
 FAM = sys.modules["_kernels_rmsnorm_bwd_family"]
@@ -147,14 +148,6 @@ def test_the_8k_probe_seeds_are_session29s_genomes():
 
 
 # -- nvcc ----------------------------------------------------------------------------------------------
-def _functions(sass: str) -> dict[str, list[str]]:
-    out = {}
-    for part in sass.split("Function : ")[1:]:
-        name = part.split("\n", 1)[0].strip()
-        out[name] = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)", part)
-    return out
-
-
 @pytest.mark.slow
 def test_dynamic_twins_fetch_their_groups_with_an_atomic_after_the_dependent_wait(tmp_path):
     """nvcc 13.0, sm_90a, bf16 entries of three table genomes' dynamic twins (atomic dw with clusters of 16 left

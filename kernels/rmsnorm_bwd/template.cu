@@ -757,30 +757,31 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 //@short_schedule legacy
     cluster_sync();                              // every CTA of the cluster is running
 //@short_schedule new
-    if constexpr (C > 1) cluster_sync();         // every CTA of the cluster is running
+    if constexpr (C == 1) {
+      // (v12) the first S groups stay the static stride's (k0 + q * nk): every CTA of a grid of at most
+      // `groups` starts with work and its prologue loads wait for no counter; the counter numbers the
+      // groups from nk * S on (see `last` below)
+//@launch_overlap new
+      if (tx == 0 && ty == 0) pdl_wait();        // (v11) bwd_sched_init has zeroed the counter
+//@launch_overlap end
+    } else {
+    cluster_sync();                              // every CTA of the cluster is running
 //@short_schedule end
     if (rank == 0 && tx == 0 && ty == 0) {
 //@launch_overlap new
       pdl_wait();                                // (v11) bwd_sched_init has zeroed the counter
 //@launch_overlap end
       const int b = fetch_groups(BWD_CTR, S);
-//@short_schedule new
-      if constexpr (C == 1) {
-#pragma unroll
-        for (int q = 0; q < S; ++q) gst[q] = b + q;
-      } else
-//@short_schedule end
       for (int dst = 0; dst < C; ++dst)
 #pragma unroll
         for (int q = 0; q < S; ++q) st_cluster_s32(gst + q, (unsigned)dst, b + q);
     }
-//@short_schedule legacy
     cluster_sync();
-//@short_schedule new
-    if constexpr (C > 1) cluster_sync(); else __syncthreads();
-//@short_schedule end
 #pragma unroll
     for (int q = 0; q < S; ++q) gq[q] = gst[q];
+//@short_schedule new
+    }
+//@short_schedule end
   }
 #endif
 #if BWD_L2
@@ -1102,7 +1103,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
     // the queue moves on: a new last group (static: nk further; dynamic: the broadcast one)
     int last = gq[S - 1] + nk;
 #if BWD_SCHED_DYNAMIC
+//@short_schedule legacy
     if (dyn) last = got;
+//@short_schedule new
+    if (dyn) last = C == 1 ? nk * S + got : got;   // (v12) unclustered: counter values follow the static S
+//@short_schedule end
 #endif
     (void)got;
 #pragma unroll

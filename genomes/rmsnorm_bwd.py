@@ -667,8 +667,9 @@ SPACE_V11 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc,
 #: code sits in //@short_schedule regions: every v11 genome renders byte for byte as before.
 SHORT_SCHEDULE = Choice("short_schedule", options=("static", "dynamic"), group="geometry", legacy="static",
                         doc="launches of one CTA a row group (rows one CTA covers): static (CTA k takes groups k, "
-                            "k + K, ...) | dynamic (groups from the global counter, atom.global.add by thread (0, 0) "
-                            "broadcast through shared memory; bwd_sched_init first; v12)")
+                            "k + K, ...) | dynamic (a CTA's first `stages` groups the static stride's, the rest from the global "
+                            "counter, atom.global.add by thread (0, 0) broadcast through shared memory; bwd_sched_init "
+                            "first; v12)")
 
 
 SPACE_V12 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V11.genes + (SHORT_SCHEDULE,),

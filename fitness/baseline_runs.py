@@ -92,11 +92,17 @@ def _note(name: str, notes: Sequence[str], results: Sequence[verify.CheckResult]
     return f"baseline {name}: " + "; ".join(notes) if notes else ""
 
 
+def checkable(fn: Any) -> bool:
+    """Whether a prepared baseline's result is checked against the reference: it maps its result to the
+    family's outputs (`as_outputs`, fitness.family.BaselineRun); a plain callable (a roofline copy) is not."""
+    return callable(getattr(fn, "as_outputs", None))
+
+
 def check_result(xp: Any, fn: Any, result: Any, refs: Mapping[str, Any] | None, tols: Mapping[str, Any],
                  outs: Mapping[str, BufferSpec], name: str) -> str:
     """'' or why a baseline's result disagrees with the reference (a note, never a failure of
     the candidate). Baselines without `as_outputs` (a roofline copy) are not checked."""
-    if not callable(getattr(fn, "as_outputs", None)) or refs is None:
+    if not checkable(fn) or refs is None:
         return ""
     arrays, notes = _result_arrays(xp, fn, result, outs, refs)
     return _note(name, notes, [verify.check_output(arr, refs[o], tols[o], dt, name=o) for o, (arr, dt) in arrays.items()])
@@ -111,7 +117,7 @@ class BlockChecks:
         self.name = name
         self.checks: dict[str, verify.OutputCheck] = {}
         self.notes: list[str] = []
-        if callable(getattr(fn, "as_outputs", None)):
+        if checkable(fn):
             arrays, self.notes = _result_arrays(xp, fn, result, outs, tols)
             self.checks = {o: verify.OutputCheck(arr, tols[o], dt, name=o) for o, (arr, dt) in arrays.items()}
 
@@ -226,5 +232,5 @@ def _release(backend: Any, release: Callable[[], Any] | None) -> None:
     clear_pending_errors()          # the failed cudaMalloc's error must not become the next call's
 
 
-__all__ = ["BaselineCache", "BlockChecks", "by_output", "MACHINE_LEVEL", "NOT_IMPORTABLE", "OUT_OF_MEMORY", "check_result", "machine_missing",
+__all__ = ["BaselineCache", "BlockChecks", "by_output", "checkable", "MACHINE_LEVEL", "NOT_IMPORTABLE", "OUT_OF_MEMORY", "check_result", "machine_missing",
            "prepare"]

@@ -797,7 +797,7 @@ class DeviceRunner:
                 free_own()               # the reference's blocks: to the device, where the baselines can get them
             return problem
 
-        checked = {name for name in names if callable(getattr(tb.baselines.runs.get((name, 0)), "as_outputs", None))}
+        checked = {name for name in names if baseline_runs.checkable(tb.baselines.runs.get((name, 0)))}
         outcome = time_case(self.backend, steps=steps, args=args, out_sets=tb.out_sets,
                             baselines=timed, names=names, timing=timing, rng=rng, judge=judge,
                             deterministic=deterministic, checked=checked)

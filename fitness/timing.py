@@ -209,10 +209,7 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                                 alone.append(impl)       # checked on a call of its own after the timing
                         del result
                     except Exception as exc:  # noqa: BLE001 - a baseline failing is not the candidate's fault
-                        status = backend.cuda_status(exc)
-                        if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
-                            raise                       # the context is gone (maybe the candidate's fault surfacing)
-                        clear_pending_errors()          # its error must not become the next call's
+                        _survivable(backend, exc)
                         dropped[impl] = f"baseline {impl}: failed while timed: {type(exc).__name__}: {exc}"
                         continue
                     if getattr(call, "freed", False):
@@ -273,10 +270,7 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
             problem = judge(0, {impl: result})
             del result
         except Exception as exc:  # noqa: BLE001 - the baseline's check, not the candidate's verdict
-            status = backend.cuda_status(exc)
-            if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
-                raise
-            clear_pending_errors()
+            _survivable(backend, exc)
             notes.append(f"baseline {impl}: its result was not checked (called alone after the timing: "
                          f"{type(exc).__name__}: {exc})")
             continue
@@ -300,6 +294,16 @@ def time_case(backend: Any, *, steps: Sequence[tuple[Any, Any]], args: Sequence[
                              f"same outputs", judged=judged)
     notes += [n for n in (shield.note(),) if n]
     return TimingOutcome(samples=samples, dropped=dropped, judged=judged, launches=n_launches, notes=notes)
+
+
+def _survivable(backend: Any, exc: BaseException) -> None:
+    """A baseline's error the timing can go on after: re-raised when the context is gone (a sticky
+    CUDA error, maybe the candidate's fault surfacing), else cleared so it does not become the next
+    call's."""
+    status = backend.cuda_status(exc)
+    if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
+        raise exc
+    clear_pending_errors()
 
 
 def result_nbytes(result: Any) -> int:

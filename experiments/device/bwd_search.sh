@@ -82,11 +82,17 @@ b)
         echo "training drop-in check rc=$?"; grep -E "passed|failed|error" "$OUT/train_check.log" | tail -5
     fi ;;
 c)
-    cd "$ROOT" && install_quack && require_peers quack liger && cd "$ROOT/${SNAP:-.snap}" || exit 4
+    # TABLE_BASELINES (evo table --baselines; default every baseline) without quack: QuACK is not installed,
+    # so no cutlass parts need to travel first (a session short of device time times the table beside INT21
+    # and the roofline in the call after step a); TABLE_CASES: evo table --cases
+    if [ -z "${TABLE_BASELINES:-}" ] || [[ ",$TABLE_BASELINES," == *,quack,* ]]; then
+        cd "$ROOT" && install_quack && require_peers quack liger && cd "$ROOT/${SNAP:-.snap}" || exit 4
+    fi
     RUN=$(cat /root/work/bwd_run_dir_${GPU_TAG})
     python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz"
     python3 -m evo.cli dispatch "$RUN" --out "$OUT/rmsnorm_bwd_dispatch.json" | tail -30
     timeout "$((${TABLE_S:-400} + 120))" python3 -m evo.cli table "$RUN" --max-s "${TABLE_S:-400}" \
+        ${TABLE_BASELINES:+--baselines "$TABLE_BASELINES"} ${TABLE_CASES:+--cases "$TABLE_CASES"} \
         --out "$OUT/rmsnorm_bwd_${GPU_TAG}" > "$OUT/table.log" 2>&1
     echo "table rc=$?"; tail -45 "$OUT/rmsnorm_bwd_${GPU_TAG}.md"
     if [ "${FWD_TABLE_S:-0}" -gt 0 ]; then

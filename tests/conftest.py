@@ -66,6 +66,18 @@ def have_nvcc() -> bool:
         return False
 
 
+def gpu_or_skip() -> None:
+    """Skip the calling GPU test unless cupy sees a CUDA device (the `gpu` marker selects the tests;
+    this keeps them a skip, not an error, where one is selected on a machine without a GPU)."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no usable CUDA device: {exc}")
+    if n < 1:
+        pytest.skip("no CUDA device")
+
+
 def subprocess_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

@@ -28,6 +28,7 @@ from fitness import dtypes, verify
 from fitness.family import KERNELS_DIR, Tolerance
 from fitness.raw import LaunchSpec, RawSource
 from fitness.records import Status
+from tests.conftest import gpu_or_skip
 
 RAW = Path(__file__).resolve().parent / "cheats" / "rmsnorm_raw"
 LAUNCH = LaunchSpec(kernel="rmsnorm_fwd", grid=("M", 1, 1), block=(256, 1, 1),
@@ -128,16 +129,6 @@ def test_device_state_and_runtime_calls_are_refused_before_any_gpu_time(tmp_path
     assert any("'rmsnorm_fwd_v2', which the cubin does not define" in p for p in problems[4]), problems[4]
 
 
-def _gpu_or_skip() -> None:
-    cupy = pytest.importorskip("cupy")
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no usable CUDA device: {exc}")
-    if n < 1:
-        pytest.skip("no CUDA device")
-
-
 def _write_summary(rows: list[tuple[str, str, str, str, float, str]]) -> None:
     out_dir = os.environ.get("EVO_RESULTS_DIR")
     if not out_dir:
@@ -161,7 +152,7 @@ def _write_summary(rows: list[tuple[str, str, str, str, float, str]]) -> None:
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_every_cheat_is_caught(tmp_path):
-    _gpu_or_skip()
+    gpu_or_skip()
     from fitness.gpu_evaluator import GPUEvaluator
     from genomes import load_space
 
@@ -203,7 +194,7 @@ def test_every_cheat_is_caught(tmp_path):
 
 @pytest.mark.gpu
 def test_array_code_agrees_on_device_and_host():
-    _gpu_or_skip()
+    gpu_or_skip()
     import cupy as cp
 
     rng = np.random.default_rng(0)
@@ -259,7 +250,7 @@ def test_device_runner_in_process_on_the_largest_cases(tmp_path):
     """CHECK (every check case, the > 2**31-element ones included) and BENCH through the
     DeviceRunner directly, without the worker pool; then the pointer cache caught by the runner
     itself (the static checks would have stopped it first)."""
-    _gpu_or_skip()
+    gpu_or_skip()
     from fitness.device import DeviceRunner
     from fitness.jobs import BENCH, CHECK, Job, TimingConfig
 

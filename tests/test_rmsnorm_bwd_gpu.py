@@ -21,18 +21,9 @@ import pytest
 
 from fitness.family import load_family
 from fitness.records import Status
+from tests.conftest import gpu_or_skip
 
 pytestmark = pytest.mark.gpu
-
-
-def _gpu_or_skip() -> None:
-    cupy = pytest.importorskip("cupy")
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no usable CUDA device: {exc}")
-    if n < 1:
-        pytest.skip("no CUDA device")
 
 
 def _judge(family, genomes, matrix: str, tmp_path):
@@ -92,7 +83,7 @@ def _twin_outputs(family, pairs, seed: int, tmp_path):
 
 
 def test_every_reduction_variant_passes_the_judge_bf16(tmp_path):
-    _gpu_or_skip()
+    gpu_or_skip()
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
     fam = sys.modules["_kernels_rmsnorm_bwd_family"]
     # DEFAULT (partials), atomic + recompute + prefetch + cluster 8, 8-byte vectors with the weight in
@@ -127,7 +118,7 @@ def test_async_cluster_exchange_passes_the_judge_bf16(tmp_path):
     register staging, one with a dynamic schedule, a ring of 4 and dw in shared memory), and the
     seeds file's 512 x 4 cluster of 16 runs CHECK's wide rows (7 x 16392 .. 7 x 196608) in 16 slices.
     A wrong parity, phase or byte count shows as a wrong dx or dw, or as a hang (the timeout)."""
-    _gpu_or_skip()
+    gpu_or_skip()
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
     fam = sys.modules["_kernels_rmsnorm_bwd_family"]
     space, seeds = _seeds("rmsnorm_bwd_v4.json")
@@ -148,7 +139,7 @@ def test_l2_staging_passes_the_judge_bf16(tmp_path):
     CTAs per SM), on the smoke matrix and every CHECK case (odd widths, 65543 rows, CHECK's wide
     rows in 8 and 16 slices). A prefetch of the wrong bytes costs only time; a wrong load offset or
     ownership in the rolled-by-4 loop shows as a wrong dx or dw."""
-    _gpu_or_skip()
+    gpu_or_skip()
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
     fam = sys.modules["_kernels_rmsnorm_bwd_family"]
     space, seeds = _seeds("rmsnorm_bwd_v5.json")
@@ -161,7 +152,7 @@ def test_l2_staging_passes_the_judge_bf16(tmp_path):
 
 @pytest.mark.slow
 def test_default_and_atomic_pass_the_judge_in_every_dtype(tmp_path):
-    _gpu_or_skip()
+    gpu_or_skip()
     family = load_family("rmsnorm_bwd")
     fam = sys.modules["_kernels_rmsnorm_bwd_family"]
     genomes = fam.sample_genomes(0)[:2]
@@ -175,7 +166,7 @@ def test_dw_shadow_passes_the_judge_bf16(tmp_path):
     and dy from registers, shared memory and L2) and of d30696bb (the 262144 genome), on the smoke
     matrix and every CHECK case. A dw taken from the wrong row or visit, or a shadow that runs past
     the barrier phase it belongs to, shows as a wrong dw."""
-    _gpu_or_skip()
+    gpu_or_skip()
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
     fam = sys.modules["_kernels_rmsnorm_bwd_family"]
     space, seeds = _seeds("rmsnorm_bwd_v5.json")
@@ -205,7 +196,7 @@ def test_exact_twins_write_their_run_time_twins_outputs_and_pass_the_judge_bf16(
     eps), at most 1 element in 10^4 differing (a different fp32 contraction could flip a rounding; a
     wrong offset or a missing guard moves whole vectors). Then the whole judge (every CHECK case, the
     smoke matrix) passes them."""
-    _gpu_or_skip()
+    gpu_or_skip()
     import cupy as cp  # noqa: PLC0415
 
     from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
@@ -263,7 +254,7 @@ def test_v11_twins_write_their_v10_twins_outputs_and_pass_the_judge_bf16(tmp_pat
     bf16 case of at most 2^30 elements, launched with the overlap the judge uses; then the whole judge
     passes them. A pdl kernel reading before its griddepcontrol.wait would read the poison or a stale
     counter on some launches and differ or fail here."""
-    _gpu_or_skip()
+    gpu_or_skip()
     from tests.test_rmsnorm_bwd_v11 import _v10  # noqa: PLC0415
 
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
@@ -300,7 +291,7 @@ def test_v12_dynamic_short_schedule_twins_write_their_static_twins_dx_and_pass_t
     their static twins' dx bit for bit, launched as the judge launches them (pdl included); dw is summed in
     another order (the judge verifies it). A CTA reading a stale group index, or two CTAs taking one group,
     would leave poison or write a row twice differently; then the whole judge passes them."""
-    _gpu_or_skip()
+    gpu_or_skip()
     from tests.test_rmsnorm_bwd_v12 import _dynamic, _recorded  # noqa: PLC0415
 
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))

@@ -4,32 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 
 import fake_runners
-from fitness.family import Case
-from fitness.jobs import CHECK, Job
 from fitness.records import Status
 from fitness.workers import (WorkerPool, WorkerStartupError, describe_exit, plan_devices, resolve,
                              visible_devices)
-
-RUNNER = f"{fake_runners.__name__}:ScriptedRunner"
-
-
-def job(script: str, n: int = 0) -> Job:
-    return Job(job_id=f"{script}-{n}", key=script, stage=CHECK, family="fake", family_root="",
-               cubin=b"", cases=(Case("c0", {}), Case("c1", {})), launches={})
-
-
-def alive(pid: int) -> bool:
-    """True if pid exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+from pool_contract import RUNNER, alive, job
 
 
 @pytest.fixture

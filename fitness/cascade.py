@@ -409,6 +409,9 @@ def account(c: Judging, stage: str, result: JobResult) -> None:
     parts = (result.extra or {}).get("ceiling_tbps_by_pattern")
     if parts:                        # which streaming pattern set the suspect test's ceiling
         c.artifacts["ceiling_tbps_by_pattern"] = to_json({k: round(float(v), 4) for k, v in parts.items()})
+    rechecks = (result.extra or {}).get("ceiling_rechecks")
+    if rechecks:                     # the worker measured its ceiling again (a case streamed faster than it)
+        c.artifacts["ceiling_rechecks"] = str(int(rechecks))
     if result.node or result.gpu:
         c.judged_on.append({"stage": stage, "node": result.node, "gpu": result.gpu})
 

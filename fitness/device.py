@@ -82,6 +82,7 @@ Notes on cupy:
 from __future__ import annotations
 
 import gc
+import math
 import time
 import traceback
 import zlib
@@ -113,6 +114,9 @@ HOST_LIMIT_ELEMS = 0
 DISTRIBUTIONS = ("normal", "wide")
 CHECK_FULL_ELEMS = 1 << 28         # CHECK cases larger than this run each distribution once
 VERIFY_CACHE_BYTES = 1 << 30       # verification buffers up to this size are kept for the next case
+# A job whose fastest case streamed faster than the worker's ceiling has the ceiling measured again,
+# at most this many times in a worker's life (DeviceRunner._recheck_ceiling)
+CEILING_RECHECKS = 4
 
 _SEVERITY = {Status.OK: 0, Status.INVALID: 1, Status.WRONG_RESULT: 2, Status.RUNTIME_ERROR: 3,
              Status.TIMEOUT: 4, Status.COMPILE_ERROR: 5}
@@ -303,6 +307,7 @@ class DeviceRunner:
         self._context_lost = False
         self._keep_loaded: list[Any] = []
         self.copy_ceiling_tbps: float | None = None
+        self.ceiling_rechecks = 0
         if measure_copy:
             try:
                 self.copy_ceiling_tbps = float(self.backend.copy_ceiling_tbps())
@@ -393,8 +398,52 @@ class DeviceRunner:
         if not message and status is not Status.OK:
             bad = next(r for r in results if r.status is not Status.OK)
             message = f"{bad.case}: {bad.status.value}: {bad.message}"
+        if not context_lost:
+            self._recheck_ceiling(family, job.cases, results)
         return self._result(job, status, results, message, t0, context_lost=context_lost, internal=internal,
                             judge_oom=judge_oom)
+
+    def _recheck_ceiling(self, family: KernelFamily, cases: Sequence[Case], results: Sequence[CaseResult]) -> None:
+        """Measure the streaming ceiling again when a case of this job streamed faster than it, and
+        keep, pattern by pattern, the fastest the device did in either measurement.
+
+        Why: the ceiling is measured once when the worker starts, and one measurement can come out
+        low. Session 30's H100 worker measured 3.023 TB/s where session 29's had measured 3.080-3.087
+        on the same kind of GPU, and four genomes were flagged suspect on launches whose code and
+        times (3.10-3.11 TB/s) were those of genomes session 29 had verified unflagged. A kernel
+        really faster than the device streams stays faster than any number of measurements; one
+        that was only faster than an unlucky measurement is not flagged. The candidate has finished
+        when this runs (the ceiling's buffers are its own, 1 GiB each, far beyond L2), so nothing it
+        did can raise the figure. At most CEILING_RECHECKS times per worker: a worker judging many
+        genomes near the ceiling measures it again a few times, then its figure stands."""
+        if not self.copy_ceiling_tbps or self.ceiling_rechecks >= CEILING_RECHECKS:
+            return
+        by_id = {c.id: c for c in cases}
+        fastest = 0.0
+        for r in results:
+            case = by_id.get(r.case)
+            if (case is None or r.status is not Status.OK or r.time_us is None or not math.isfinite(r.time_us)
+                    or r.time_us <= 0):
+                continue
+            try:
+                nbytes = int(family.bytes_moved(case))
+            except Exception:  # noqa: BLE001 - a family without the figure has no suspect test either
+                continue
+            fastest = max(fastest, nbytes / (r.time_us * 1e-6) / 1e12)
+        if fastest <= self.copy_ceiling_tbps:
+            return
+        self.ceiling_rechecks += 1
+        before = dict(getattr(self.backend, "ceiling_parts", None) or {})
+        try:
+            again = float(self.backend.copy_ceiling_tbps())
+            self.backend.free_all()
+        except Exception:  # noqa: BLE001 - the first figure stands
+            return
+        after = getattr(self.backend, "ceiling_parts", None)
+        if isinstance(after, dict) and before:
+            self.backend.ceiling_parts = {k: max(float(before.get(k, 0.0)), float(after.get(k, 0.0)))
+                                          for k in {*before, *after}}
+        self.copy_ceiling_tbps = max(self.copy_ceiling_tbps, again)
 
     def _result(self, job: Job, status: Status, results: list[CaseResult], message: str, t0: float, *,
                 context_lost: bool = False, internal: bool = False, judge_oom: Sequence[str] = ()) -> JobResult:
@@ -402,6 +451,8 @@ class DeviceRunner:
         parts = getattr(self.backend, "ceiling_parts", None)
         if isinstance(parts, dict) and parts:
             extra["ceiling_tbps_by_pattern"] = {k: float(v) for k, v in parts.items()}
+        if self.ceiling_rechecks:
+            extra["ceiling_rechecks"] = self.ceiling_rechecks
         if judge_oom:
             extra["judge_out_of_memory"] = list(judge_oom)
             context_lost = True          # what freeing did not give back stays with this process: a new worker

@@ -745,3 +745,8 @@ def test_the_ceiling_of_each_streaming_pattern_is_kept_beside_the_ceiling():
     assert json.loads(c.artifacts["ceiling_tbps_by_pattern"]) == {"copy": 2.98, "add": 3.05, "add_tiled": 3.1}
     cascade.account(c, CHECK, JobResult("j2", Status.OK, seconds=1.0))     # a job without the figures keeps them
     assert "ceiling_tbps_by_pattern" in c.artifacts
+    assert "ceiling_rechecks" not in c.artifacts
+    # a worker that measured its ceiling again (fitness.device: a case streamed faster than it) says so
+    cascade.account(c, BENCH, JobResult("j3", Status.OK, copy_ceiling_tbps=3.12, seconds=1.0,
+                                        extra={"ceiling_rechecks": 2}))
+    assert c.copy_ceiling_tbps == 3.12 and c.artifacts["ceiling_rechecks"] == "2"

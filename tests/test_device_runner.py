@@ -871,3 +871,71 @@ def test_only_a_later_launch_may_overlap_the_one_before_it():
     assert carveouts[:2] == [r.backend.kernels["rstd"], r.backend.kernels["y"]]
     carveouts.clear()
     assert r.run(job).status is Status.OK and carveouts == []   # no overlap: the driver's own choice
+
+
+# -- the streaming ceiling measured again ---------------------------------------------------------------
+class CeilingBackend(FakeBackend):
+    """A fake GPU whose streaming ceiling is measured as `figures` say, one figure (per pattern) per
+    measurement, the last one repeated."""
+
+    def __init__(self, kernels, figures):
+        super().__init__(kernels)
+        self.figures = list(figures)
+        self.measured = 0
+
+    def copy_ceiling_tbps(self):
+        parts = self.figures[min(self.measured, len(self.figures) - 1)]
+        self.measured += 1
+        self.ceiling_parts = dict(parts)
+        return max(parts.values())
+
+
+def _ceiling_runner(figures) -> dev.DeviceRunner:
+    r = dev.DeviceRunner(0, backend=CeilingBackend(KERNELS, figures))
+    r._families[("fake_rmsnorm", "fake_root")] = FAMILY
+    return r
+
+
+def _suspects(res, ceiling):
+    from fitness.objectives import suspect_cases  # noqa: PLC0415
+
+    sizes = {c.id: FAMILY.bytes_moved(c) for c in job("good").cases}
+    return suspect_cases(res.cases, sizes, ceiling)
+
+
+TINY = 1e-9           # TB/s: any fake kernel streams faster than this
+
+
+def test_a_ceiling_measured_low_is_measured_again_and_the_fastest_figure_per_pattern_stands():
+    """Session 30: the H100 worker measured its ceiling at 3.023 TB/s (session 29's: 3.080-3.087) and flagged
+    four genomes suspect on launches session 29 had verified unflagged at 3.10-3.11 TB/s. A job with a case
+    faster than the worker's ceiling has it measured again before the result leaves; each pattern keeps the
+    fastest of the two measurements, and the suspect test then reads the figure the device really streams."""
+    r = _ceiling_runner([{"copy": TINY, "add_tiled": 2 * TINY}, {"copy": 5.0, "add_tiled": TINY}])
+    assert r.copy_ceiling_tbps == 2 * TINY
+    res = r.run(job("good", BENCH))
+    assert res.status is Status.OK, res.message
+    assert _suspects(res, 2 * TINY) == [c.case for c in res.cases]       # what the first figure would flag
+    assert r.backend.measured == 2 and res.copy_ceiling_tbps == 5.0
+    assert res.extra["ceiling_tbps_by_pattern"] == {"copy": 5.0, "add_tiled": 2 * TINY}
+    assert res.extra["ceiling_rechecks"] == 1
+    assert _suspects(res, res.copy_ceiling_tbps) == []
+    r.run(job("good", BENCH))                    # now faster than nothing it ran: not measured again
+    assert r.backend.measured == 2
+
+
+def test_a_kernel_faster_than_every_measurement_stays_suspect_and_the_rechecks_are_bounded():
+    """A candidate really faster than the device streams (it skipped work the checks did not see) is faster
+    than the ceiling however often it is measured: flagged still. A worker measures again at most
+    CEILING_RECHECKS times, so a run of such candidates costs a few measurements, not one per job; a job
+    slower than the ceiling never triggers one."""
+    r = _ceiling_runner([{"copy": TINY}])
+    for _ in range(dev.CEILING_RECHECKS + 2):
+        res = r.run(job("good", BENCH))
+        assert res.status is Status.OK, res.message
+        assert res.copy_ceiling_tbps == TINY and _suspects(res, res.copy_ceiling_tbps) == [c.case for c in res.cases]
+    assert r.backend.measured == 1 + dev.CEILING_RECHECKS
+    assert res.extra["ceiling_rechecks"] == dev.CEILING_RECHECKS
+    slow = _ceiling_runner([{"copy": 1e6}])
+    assert slow.run(job("good", BENCH)).status is Status.OK and slow.backend.measured == 1
+    assert "ceiling_rechecks" not in slow.run(job("good", BENCH)).extra

@@ -675,10 +675,30 @@ SHORT_SCHEDULE = Choice("short_schedule", options=("static", "dynamic"), group="
 SPACE_V12 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V11.genes + (SHORT_SCHEDULE,),
                       constraints=SPACE_V11.constraints)
 
+#: space v13 (session 30): where a 16-byte cp.async puts its line. Session 30 profiled bf16 32768x8192 on the
+#: H100 (results/archive/session30/bwd_ncu.md): INT21's main kernel 523 us, ours 532-535 with the same DRAM
+#: bytes, so the loss is throughput. Our shared-memory staging copies 16-byte vectors with cp.async.cg
+#: (LDGSTS.E.BYPASS: L2 straight to shared memory); INT21's copies them with cp.async.ca (through L1), and it
+#: showed 1.8x our shared-memory wavefronts with the same layout. cp_async_l1 = allocate copies as INT21 does.
+#: 8-byte vectors have no choice (cp.async.cg takes only 16 bytes): they stay .ca, and the gene is fixed at
+#: bypass there (no duplicate genomes). A define only: every v12 genome renders byte for byte as before.
+CP_ASYNC_L1 = Choice("cp_async_l1", options=("bypass", "allocate"), group="memory", legacy="bypass",
+                     doc="shared-memory staging of 16-byte vectors: bypass (cp.async.cg, LDGSTS.E.BYPASS.128: L2 to "
+                         "shared memory) | allocate (cp.async.ca, LDGSTS.E.128: through L1, as INT21's kernels; v13)")
+V13_CONSTRAINTS = (
+    implies("l1_allocate_only_for_16_byte_staging", ("cp_async_l1", "staging", "vec_bytes"),
+            lambda v: v["cp_async_l1"] == "allocate",
+            lambda v: v["staging"] == "smem_async" and v["vec_bytes"] == 16,
+            "cp_async_l1 = allocate is a cp.async of 16-byte vectors: staging = smem_async and vec_bytes = 16"),
+)
+SPACE_V13 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V12.genes + (CP_ASYNC_L1,),
+                      constraints=SPACE_V12.constraints + V13_CONSTRAINTS)
+
 #: every version of the space, and the latest (what a new run uses)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
-          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10, "v11": SPACE_V11, "v12": SPACE_V12}
-SPACE = SPACE_V12
+          "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10, "v11": SPACE_V11, "v12": SPACE_V12,
+          "v13": SPACE_V13}
+SPACE = SPACE_V13
 
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread

@@ -276,27 +276,34 @@ def test_session30_h100_record_judged_the_short_schedule_twins_slower_and_its_su
             assert next(c for c in e.cases if c.case == case).tbps < 3.12
 
 
-def test_the_h100_config_carries_session29s_verdicts_then_the_seeds_file():
-    """experiments/rmsnorm_bwd_h100.toml (gene space v12): seed_from session 29's record with carry_seeds (its
-    suspects judged again: seed_suspects = 4, none in that record), at most 24 of them, champions first, every
-    one verified and answered from the record (v11 genomes render in v12 as they did, so the judge accepts their
-    verdicts); then the seeds file, none of it a short_schedule = dynamic twin (session 30 judged the first 8
-    seeds' twins, every one slower at 1K-8K: test_session30_h100_record_...)."""
+def test_the_h100_config_carries_session29s_verdicts_and_judges_the_l1_allocating_twins():
+    """experiments/rmsnorm_bwd_h100.toml (since session 30, gene space v13): seed_from session 29's record with
+    carry_seeds (its suspects judged again: seed_suspects = 4, none in that record), at most 24 of them, champions
+    first, every one verified and answered from the record (v11 and v12 genomes render in v13 as they did, so the
+    judge accepts their verdicts); then the cp_async_l1 = allocate twins of the seeds that stage 16-byte vectors
+    in shared memory, never judged. No short_schedule = dynamic twin: session 30 judged those of the first 8
+    seeds, every one slower at 1K-8K (test_session30_h100_record_...)."""
     from evo.config import load_config  # noqa: PLC0415
     from evo.lessons import carried_evaluations, seed_genomes  # noqa: PLC0415
 
     cfg = load_config(H100_CONFIG)
     assert cfg.search.carry_seeds and cfg.evaluator.kind == "gpu" and cfg.target.gpu == "H100"
-    assert cfg.search.seed_suspects == 4 and cfg.experiment.space_version == "v12"
+    assert cfg.search.seed_suspects == 4 and cfg.experiment.space_version == "v13"
     assert (H100_CONFIG.parent / cfg.search.seed_from).resolve() == SESSION29_H100.resolve()
-    space = load_space("rmsnorm_bwd", "v12")
+    space = load_space("rmsnorm_bwd", "v13")
     seeds = seed_genomes(cfg, space)
     carried = carried_evaluations(cfg, space)
     assert not any(e.suspect for e in carried.values())
     from_record = seeds[:cfg.search.seed_limit]
     assert all(g.key in carried and carried[g.key].fitness(cfg.objective.metric) is not None for g in from_record)
+    assert all(g["cp_async_l1"] == "bypass" for g in from_record)
     assert from_record[0].key.startswith("1c3f9f09")       # the first case's champion (bf16 16384x131072)
     assert len({g.key for g in seeds}) == len(seeds) == 32
+    twins = seeds[cfg.search.seed_limit:]
+    staged = [g for g in from_record if g["staging"] == "smem_async" and g["vec_bytes"] == 16]
+    assert [g.key for g in twins] == [space.make(dict(g, cp_async_l1="allocate")).key for g in staged[:len(twins)]]
+    assert not any(g.key in carried for g in twins)
+    assert {"fc59536a", "cc311014"} <= {g.key[:8] for g in staged[:len(twins)]}   # the 2K-8K champions
     assert all(g["short_schedule"] == "static" for g in seeds)
 
 

@@ -291,7 +291,9 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
     }
     # genes added later are defined only away from their legacy value (v1 genomes render as before)
     if g.get("staging", "regs") == "smem_async":
-        cop = "cp.async.cg.shared.global" if g["vec_bytes"] == 16 else "cp.async.ca.shared.global"
+        # 16-byte vectors bypass L1 (.cg) unless cp_async_l1 = allocate (v13); 8-byte ones can only be .ca
+        bypass = g["vec_bytes"] == 16 and g.get("cp_async_l1", "bypass") == "bypass"
+        cop = "cp.async.cg.shared.global" if bypass else "cp.async.ca.shared.global"
         out["BWD_STAGING"] = "1"
         out["BWD_CPASYNC"] = q(cop + (".L2::cache_hint" if g["load_cache"] == "nc_ef" else "") + pf)
     if g.get("row_schedule", "static") == "dynamic":

@@ -685,13 +685,30 @@ SPACE_V12 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V11.gene
 CP_ASYNC_L1 = Choice("cp_async_l1", options=("bypass", "allocate"), group="memory", legacy="bypass",
                      doc="shared-memory staging of 16-byte vectors: bypass (cp.async.cg, LDGSTS.E.BYPASS.128: L2 to "
                          "shared memory) | allocate (cp.async.ca, LDGSTS.E.128: through L1, as INT21's kernels; v13)")
+#: rstd_stage (v13 too): the same profile's SASS (tests/test_rmsnorm_bwd_v13.py compiles it) shows where our
+#: staged genomes wait. rstd of the group S - 1 visits ahead is loaded into a register queue at the top of a
+#: visit, but ptxas sinks that LDG to just before the row barrier (215 registers live), and the queue's shift
+#: at the end of the visit (MOV R95, R153) waits for it: 18.4 k of 65 k stall samples there, before the next
+#: visit can issue its copies. rstd_stage = smem copies each row's rstd with its group (a 4-byte cp.async
+#: into the thread's own slot, committed with x and dy), read back from shared memory after the row barrier:
+#: it lands when the group's data does and holds no register meanwhile. Shared staging with the loaded rstd
+#: and pass 2's dw update only (the shadow update reads the register queue).
+RSTD_STAGE = Choice("rstd_stage", options=("regs", "smem"), group="pipeline", legacy="regs",
+                    doc="rstd of the rows in flight: regs (a register queue, one ld.global.nc per row group) | smem "
+                        "(copied with the group's x and dy by a 4-byte cp.async, read from shared memory in pass 2; "
+                        "v13)")
 V13_CONSTRAINTS = (
     implies("l1_allocate_only_for_16_byte_staging", ("cp_async_l1", "staging", "vec_bytes"),
             lambda v: v["cp_async_l1"] == "allocate",
             lambda v: v["staging"] == "smem_async" and v["vec_bytes"] == 16,
             "cp_async_l1 = allocate is a cp.async of 16-byte vectors: staging = smem_async and vec_bytes = 16"),
+    implies("rstd_stage_needs_staging", ("rstd_stage", "staging", "rstd_mode", "dw_update"),
+            lambda v: v["rstd_stage"] == "smem",
+            lambda v: v["staging"] == "smem_async" and v["rstd_mode"] == "load" and v["dw_update"] == "pass2",
+            "rstd_stage = smem copies the loaded rstd with the staged rows: staging = smem_async, rstd_mode = load, "
+            "dw_update = pass2"),
 )
-SPACE_V13 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V12.genes + (CP_ASYNC_L1,),
+SPACE_V13 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V12.genes + (CP_ASYNC_L1, RSTD_STAGE),
                       constraints=SPACE_V12.constraints + V13_CONSTRAINTS)
 
 #: every version of the space, and the latest (what a new run uses)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 
@@ -276,13 +275,14 @@ def test_session30_h100_record_judged_the_short_schedule_twins_slower_and_its_su
             assert next(c for c in e.cases if c.case == case).tbps < 3.12
 
 
-def test_the_h100_config_carries_session29s_verdicts_and_judges_the_l1_allocating_twins():
+def test_the_h100_config_carries_session29s_verdicts_and_judges_the_v13_twins():
     """experiments/rmsnorm_bwd_h100.toml (since session 30, gene space v13): seed_from session 29's record with
     carry_seeds (its suspects judged again: seed_suspects = 4, none in that record), at most 24 of them, champions
     first, every one verified and answered from the record (v11 and v12 genomes render in v13 as they did, so the
-    judge accepts their verdicts); then the cp_async_l1 = allocate twins of the seeds that stage 16-byte vectors
-    in shared memory, never judged. No short_schedule = dynamic twin: session 30 judged those of the first 8
-    seeds, every one slower at 1K-8K (test_session30_h100_record_...)."""
+    judge accepts their verdicts); then the v13 twins, never judged: each seed with cp_async_l1 = allocate, then
+    with rstd_stage = smem, where valid, in seed order, to the population (fc59536a's two, the 4K-8K champion's,
+    among them). No short_schedule = dynamic twin: session 30 judged those of the first 8 seeds, every one slower
+    at 1K-8K (test_session30_h100_record_...)."""
     from evo.config import load_config  # noqa: PLC0415
     from evo.lessons import carried_evaluations, seed_genomes  # noqa: PLC0415
 
@@ -296,14 +296,17 @@ def test_the_h100_config_carries_session29s_verdicts_and_judges_the_l1_allocatin
     assert not any(e.suspect for e in carried.values())
     from_record = seeds[:cfg.search.seed_limit]
     assert all(g.key in carried and carried[g.key].fitness(cfg.objective.metric) is not None for g in from_record)
-    assert all(g["cp_async_l1"] == "bypass" for g in from_record)
+    assert all((g["cp_async_l1"], g["rstd_stage"]) == ("bypass", "regs") for g in from_record)
     assert from_record[0].key.startswith("1c3f9f09")       # the first case's champion (bf16 16384x131072)
     assert len({g.key for g in seeds}) == len(seeds) == 32
     twins = seeds[cfg.search.seed_limit:]
-    staged = [g for g in from_record if g["staging"] == "smem_async" and g["vec_bytes"] == 16]
-    assert [g.key for g in twins] == [space.make(dict(g, cp_async_l1="allocate")).key for g in staged[:len(twins)]]
+    want = [space.make(t).key for g in from_record
+            for t in (dict(g, cp_async_l1="allocate"), dict(g, rstd_stage="smem")) if space.is_valid(t)]
+    assert [g.key for g in twins] == want[:len(twins)] and len(twins) == 8
     assert not any(g.key in carried for g in twins)
-    assert {"fc59536a", "cc311014"} <= {g.key[:8] for g in staged[:len(twins)]}   # the 2K-8K champions
+    fc = next(g for g in from_record if g.key.startswith("fc59536a"))
+    assert {space.make(dict(fc, cp_async_l1="allocate")).key, space.make(dict(fc, rstd_stage="smem")).key} <= \
+        {g.key for g in twins}
     assert all(g["short_schedule"] == "static" for g in seeds)
 
 

@@ -176,8 +176,8 @@ def test_every_gene_but_the_launch_only_ones_changes_the_source():
                 continue
             # repair may undo a value that needs two other genes moved (staging: the cache op, chunks)
             tries = [dict(DEFAULT, staging="smem_async", load_cache="default", chunks=2)] if gene.name == "staging" else []
-            if gene.name == "cp_async_l1":      # allocate needs the 16-byte staging
-                tries = [dict(DEFAULT, staging="smem_async", load_cache="default", chunks=2, cp_async_l1=value)]
+            if gene.name in ("cp_async_l1", "rstd_stage"):      # allocate, smem: the 16-byte staging
+                tries = [dict(DEFAULT, staging="smem_async", load_cache="default", chunks=2, **{gene.name: value})]
             if gene.name == "vector_loop":      # rolled needs staging and dw_acc moved too
                 tries = [dict(DEFAULT, staging="smem_async", load_cache="default", dw_acc="smem", vector_loop=value)]
             tries += [dict(SPACE.repair(dict(DEFAULT, **{gene.name: value}), random.Random(seed))) for seed in range(20)]

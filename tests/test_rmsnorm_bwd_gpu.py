@@ -308,19 +308,22 @@ def test_v12_dynamic_short_schedule_twins_write_their_static_twins_dx_and_pass_t
     _check(family, genomes, _judge(family, genomes, "smoke", tmp_path), "smoke")
 
 
-def test_v13_l1_allocating_twins_write_their_bypassing_twins_outputs_and_pass_the_judge_bf16(tmp_path):
+def test_v13_twins_write_their_v12_twins_outputs_and_pass_the_judge_bf16(tmp_path):
     """Space v13: cp_async_l1 = allocate copies the staged 16-byte vectors through L1 (cp.async.ca) instead of
-    around it (cp.async.cg). Where the bytes pass changes nothing of what arrives, so on every bf16 case of at
-    most 2^30 elements the allocating twins of the 8K profile's genomes (and two more staged table genomes)
-    write their bypassing twins' dx bit for bit, and dw too where it is summed in a fixed order (partial rows
-    of a static schedule; float atomics add, and a counter hands out rows, in the order they arrive); then the
-    whole judge passes them."""
+    around it (cp.async.cg); rstd_stage = smem copies each row's rstd with its group and reads it from shared
+    memory. Neither changes a value that arrives, so on every bf16 case of at most 2^30 elements the twins of
+    the 8K profile's genomes (and of two more staged table genomes) write their v12 twins' dx bit for bit, and
+    dw too where it is summed in a fixed order (partial rows of a static schedule; float atomics add, and a
+    counter hands out rows, in the order they arrive); then the whole judge passes them."""
     gpu_or_skip()
     from tests.test_rmsnorm_bwd_v12 import _recorded  # noqa: PLC0415
     from tests.test_rmsnorm_bwd_v13 import _allocating  # noqa: PLC0415
 
     family = type(load_family("rmsnorm_bwd"))(dtypes=("bf16",))
     pairs = [(_allocating(_recorded(k)), _recorded(k)) for k in ("fc59536a", "c0755542", "cc311014", "1c3f9f09")]
+    from genomes.rmsnorm_bwd import SPACE  # noqa: PLC0415
+
+    pairs += [(SPACE.make(dict(_recorded(k), rstd_stage="smem")), _recorded(k)) for k in ("fc59536a", "c0755542")]
     ran = 0
     for twin, base, case, a, b in _twin_outputs(family, pairs, 1300, tmp_path):
         fixed = base["dw_reduce"] == "partials" and base["row_schedule"] == base["short_schedule"] == "static"

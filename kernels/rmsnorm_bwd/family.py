@@ -132,14 +132,16 @@ def geometry(genome: Mapping[str, Any], M: int, N: int, dtype: str) -> Geometry 
     rows = min(rows, max(_pow2_ceil(M), -(-32 // tpr)))   # no more rows than M (whole warps kept)
     staged = g.get("staging", "regs") == "smem_async"
     shared = 0
+    # (v13) rstd_stage = smem: a float slot per thread and stage after the ring and the accumulators
+    rstd_slots = (lambda r: g["stages"] * r * tpr * 4) if g.get("rstd_stage", "regs") == "smem" else (lambda r: 0)
     if staged:
-        shared = g["stages"] * rows * tpr * K * g["vec_bytes"] * 2
+        shared = g["stages"] * rows * tpr * K * g["vec_bytes"] * 2 + rstd_slots(rows)
         if shared > MAX_STAGING_BYTES:
             return None
     if g.get("dw_acc", "regs") == "smem":
         # ring + accumulators (E fp32 per vector); fewer rows per CTA where 16-bit x needs it
         def need(r: int) -> int:
-            return (g["stages"] * r * tpr * K * g["vec_bytes"] * 2 if staged else 0) + r * tpr * K * E * 4
+            return (g["stages"] * r * tpr * K * g["vec_bytes"] * 2 if staged else 0) + r * tpr * K * E * 4 + rstd_slots(r)
         while need(rows) > MAX_DW_SMEM_BYTES and rows > 1 and tpr * (rows // 2) >= 32:
             rows //= 2
         shared = need(rows)

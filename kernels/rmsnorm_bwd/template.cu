@@ -294,6 +294,19 @@ __device__ __forceinline__ void red_add(float* p, float v) {
   asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");
 }
 
+//@rstd_stage new
+// (v13) rstd copied beside its row group's x and dy: one 4-byte cp.async into the thread's own slot,
+// committed with the group, so it lands when the group's data does and holds no register meanwhile
+__device__ __forceinline__ void cp_async_f32(float* dst, const float* src) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ float ld_shared_f32(const float* p) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"((unsigned)__cvta_generic_to_shared(p)));
+  return v;
+}
+//@rstd_stage end
 __device__ __forceinline__ float ld_rstd(const float* p) {
   float r;
   asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
@@ -841,6 +854,13 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   auto slot = [&](int sb, int a, int j) -> uint32_t* {
     return dsm + ((size_t)(((sb * R + ty) * 2 + a) * K + j) * tpr + tx) * BWD_NW;
   };
+//@rstd_stage new
+  // (v13) rstd slots [buffer][row y][thread tx], after the staging ring and the dw accumulators
+  auto rslot = [&](int sb) -> float* {
+    return reinterpret_cast<float*>(dsm) + (size_t)BWD_STAGES * R * 2 * K * tpr * BWD_NW +
+           (BWD_DW_SMEM ? (size_t)R * K * tpr * E : (size_t)0) + (size_t)(sb * R + ty) * tpr + tx;
+  };
+//@rstd_stage end
   auto load_rows = [&](int g, int sb, float& r) {
     const int row = g * R + ty;
     const bool ok = row < M;
@@ -853,10 +873,17 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
         cp_async_vec(slot(sb, 1, j), dy + off, pol);
       }
     }
+//@rstd_stage legacy
     cp_async_commit();
 #if !BWD_RECOMPUTE
     r = ok ? ld_rstd(rstd + row) : 0.f;
 #endif
+//@rstd_stage new
+    // (v13) rstd_stage = smem: the row's rstd into this thread's slot of buffer sb, in the group's commit
+    if (ok) cp_async_f32(rslot(sb), rstd + row);
+    cp_async_commit();
+    (void)r;
+//@rstd_stage end
   };
 #define BWD_FETCH(j)                                                                              \
   uint32_t xv[BWD_NW], dv[BWD_NW];                                                                \
@@ -1027,7 +1054,12 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #if BWD_RECOMPUTE
     const float r = rsqrtf(fmaf(s[1], inv_n, eps));
 #else
+//@rstd_stage legacy
     const float r = rq[0];
+//@rstd_stage new
+    // (v13) from this thread's slot (landed with the group's data); 0 for a row past M (never written)
+    const float r = live ? ld_shared_f32(rslot(sb)) : 0.f;
+//@rstd_stage end
 #endif
     const float c = r * s[0] * inv_n;
     // pass 2: dx, and dw += dy * xhat

@@ -399,11 +399,11 @@ class DeviceRunner:
             bad = next(r for r in results if r.status is not Status.OK)
             message = f"{bad.case}: {bad.status.value}: {bad.message}"
         if not context_lost:
-            self._recheck_ceiling(family, job.cases, results)
+            self._recheck_ceiling(results)
         return self._result(job, status, results, message, t0, context_lost=context_lost, internal=internal,
                             judge_oom=judge_oom)
 
-    def _recheck_ceiling(self, family: KernelFamily, cases: Sequence[Case], results: Sequence[CaseResult]) -> None:
+    def _recheck_ceiling(self, results: Sequence[CaseResult]) -> None:
         """Measure the streaming ceiling again when a case of this job streamed faster than it, and
         keep, pattern by pattern, the fastest the device did in either measurement.
 
@@ -418,18 +418,9 @@ class DeviceRunner:
         genomes near the ceiling measures it again a few times, then its figure stands."""
         if not self.copy_ceiling_tbps or self.ceiling_rechecks >= CEILING_RECHECKS:
             return
-        by_id = {c.id: c for c in cases}
-        fastest = 0.0
-        for r in results:
-            case = by_id.get(r.case)
-            if (case is None or r.status is not Status.OK or r.time_us is None or not math.isfinite(r.time_us)
-                    or r.time_us <= 0):
-                continue
-            try:
-                nbytes = int(family.bytes_moved(case))
-            except Exception:  # noqa: BLE001 - a family without the figure has no suspect test either
-                continue
-            fastest = max(fastest, nbytes / (r.time_us * 1e-6) / 1e12)
+        # each timed case's TB/s, as the runner recorded it from the family's bytes_moved
+        fastest = max((r.tbps for r in results if r.status is Status.OK and r.tbps and math.isfinite(r.tbps)),
+                      default=0.0)
         if fastest <= self.copy_ceiling_tbps:
             return
         self.ceiling_rechecks += 1

@@ -249,6 +249,37 @@ def test_an_honest_fp32_kernel_passes_on_the_small_check_cases(dt):
                 assert res.ok, f"{case.id} {dist}: {res.message}"
 
 
+def test_dx_tolerance_scales_with_rstd_where_x_is_tiny():
+    """The eps case x_scale = 1e-3 (rstd ~ 707, dx RMS ~ 711): an honest fp32 kernel that sums
+    the row's dot product in 8-wide blocks in order, then forms dx as rstd*w*dy - (rstd*xhat)*c,
+    errs by ~2e-5 where the two terms cancel. The forward's fp32 atol (1e-5) failed it on 4 of
+    these 12 draws (session 31's H100 table lost two verified genomes so); dx_tolerance's floor
+    (16 ulps of 707) holds it under 0.1 of the bound, while a dx without the mean term, with c
+    off by 0.1 %, or scaled by 1 + 3e-4 still fails."""
+    case = FAMILY.make_case(512, 1024, "fp32", x_scale=1e-3)
+    tol = FAMILY.tolerances(case)["dx"]
+    old = OP.DX_TOLERANCES["fp32"]
+    assert tol.atol == pytest.approx(16 * 2**-24 / np.sqrt(1e-6 + 1e-6)) and tol.rtol == old.rtol
+    assert FAMILY.tolerances(FAMILY.make_case(512, 1024, "fp32"))["dx"] == old       # unit scale: unchanged
+    old_failures = 0
+    for seed in range(16, 28):
+        inp = _inputs(case, seed)
+        ref = FAMILY.reference(case, inp)["dx"]
+        x, dy, w = inp["x"], inp["dy"], inp["w"].astype(np.float32)
+        r = inp["rstd"].astype(np.float32)[:, None]
+        s = np.zeros((case.params["M"], 1), np.float32)
+        for j in range(0, case.params["N"], 8):
+            s += (x[:, j:j + 8] * w[j:j + 8] * dy[:, j:j + 8]).sum(axis=1, dtype=np.float32, keepdims=True)
+        c = r * s / np.float32(case.params["N"])
+        dx = r * (w * dy) - (r * x * r) * c
+        bound = tol.atol + tol.rtol * np.abs(ref)
+        assert (np.abs(dx - ref) / bound).max() < 0.1, seed
+        old_failures += not verify.check_output(dx, ref, old, "fp32").ok
+        for wrong in (r * (w * dy), r * (w * dy) - (r * x * r) * (c * np.float32(1.001)), dx * np.float32(1 + 3e-4)):
+            assert not verify.check_output(wrong.astype(np.float32), ref, tol, "fp32").ok
+    assert old_failures >= 3
+
+
 def test_a_wrong_dx_fails():
     case = FAMILY.make_case(7, 1000, "bf16")
     inp = _inputs(case, 0)

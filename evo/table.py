@@ -25,6 +25,7 @@ from typing import Any
 from evo.dispatch import DispatchEntry, build_dispatch, entry_for
 from fitness.cascade import one_line
 from fitness.objectives import geomean
+from fitness.records import CaseResult
 
 
 class TableError(ValueError):
@@ -105,13 +106,26 @@ def judged_again_alone(ev: Any, genome: Any, e: Any, served: Sequence[str], dead
     return replace(e, cases=tuple(got.get(cr.case, cr) for cr in e.cases))
 
 
-def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any]) -> dict[str, dict]:
-    """case id -> {"key": genome key, "cr": CaseResult} of the genome the table picks for the case."""
+def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any],
+              bench: Sequence[Any] = ()) -> dict[str, dict]:
+    """case id -> {"key": genome key, "cr": CaseResult} of the genome the table picks for the case.
+
+    With `bench` (the judge's benchmark cases the table asked for), only those cases have rows,
+    and a case whose genome was judged but has no result for it (the genome failed a check case
+    before timing: its evaluation holds the check cases it passed, not the benchmark's) gets the
+    evaluation's own verdict and message, so the table says why instead of listing check cases."""
     rows = {}
+    ids = {c.id for c in bench}
     for key, e in results.items():
         for cr in e.cases:
-            if entry_for(entries, cr.params).key == key:
+            if (not ids or cr.case in ids) and entry_for(entries, cr.params).key == key:
                 rows[cr.case] = {"key": key, "cr": cr}
+    for c in bench:
+        key = entry_for(entries, c.params).key
+        if c.id not in rows and key in results:
+            e = results[key]
+            rows[c.id] = {"key": key, "cr": CaseResult(case=c.id, status=e.status, params=dict(c.params),
+                                                       message=e.message)}
     return rows
 
 
@@ -230,9 +244,10 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
         if wanted - ids:
             raise TableError(f"--cases: {sorted(wanted - ids)} are not cases of the matrix {matrix!r}")
         results: dict[str, Any] = {}
+        asked = [c for c in ev.settings.bench_cases if not wanted or c.id in wanted]
 
         def publish(final: bool) -> str:
-            rows = case_rows(entries, results)
+            rows = case_rows(entries, results, asked)
             names = list(dict.fromkeys(b for v in rows.values() for b in v["cr"].baselines_us))   # as timed
             summary = summarize({"family": family, "run_id": frames.run["run_id"], "playoff": playoff,
                                  "gpu": ev.describe().get("device") or "?", "command": command, "matrix": matrix,
@@ -256,6 +271,6 @@ def build_table(source: str, out: str, *, playoff: str | None = None, baselines:
                     bar.advance()
             time_dispatch(ev, entries, genomes, wanted, on_result=took, max_s=max_s)
         text = publish(final=True)
-        for name, why in missing_baselines(ev.settings.baselines, case_rows(entries, results)).items():
+        for name, why in missing_baselines(ev.settings.baselines, case_rows(entries, results, asked)).items():
             print(f"warning: evo table: baseline {name} was not timed on any case: {why}", file=sys.stderr)
         return text

@@ -188,3 +188,29 @@ def test_a_case_keeps_its_verdict_when_the_judge_raises_past_the_deadline_or_it_
     assert "a could not be judged again (RuntimeError: the pool is down): it keeps its verdict" in capsys.readouterr().out
     assert judged_again_alone(Never(), None, e, ["a", "b"], deadline=0.0) is e       # past --max-s
     assert judged_again_alone(Never(), None, e, ["b"]) is e                           # a check case: not the table's
+
+
+def test_a_genome_that_fails_a_check_case_gets_its_verdict_on_the_cases_it_serves():
+    """Session 31: a dispatch genome failed a check case when the table judged it again; its
+    evaluation held the check cases it passed (no time), and the table listed those instead of the
+    benchmark cases it serves. Rows are the asked benchmark cases only, with the genome's verdict."""
+    from evo.dispatch import DispatchEntry
+    from evo.table import case_rows, markdown, row
+    from fitness.family import Case
+    from fitness.records import CaseResult, Evaluation, Status
+
+    keys = dispatch_key_of("rmsnorm_bwd")
+    entries = [DispatchEntry(keys, ("bf16",), 1, 256, "aaaa", {}), DispatchEntry(keys, ("bf16",), 257, None, "bbbb", {})]
+    bench = [Case("bf16/32768x256", {"M": 32768, "N": 256, "dtype": "bf16"}),
+             Case("bf16/32768x4096", {"M": 32768, "N": 4096, "dtype": "bf16"})]
+    failed = Evaluation("aaaa", {}, "v13", Status.WRONG_RESULT, message="WRONG_RESULT at check: fp32/512x1024",
+                        cases=(CaseResult("bf16/7x256", params={"M": 7, "N": 256, "dtype": "bf16"}),))
+    timed = Evaluation("bbbb", {}, "v13", Status.OK, cases=(
+        CaseResult("bf16/32768x4096", params=dict(bench[1].params), time_us=10.0, baselines_us={"int21": 11.0}),))
+    rows = case_rows(entries, {"aaaa": failed, "bbbb": timed}, bench)
+    assert sorted(rows) == ["bf16/32768x256", "bf16/32768x4096"]
+    assert rows["bf16/32768x256"]["cr"].status is Status.WRONG_RESULT
+    text = markdown({"family": "f", "run_id": "r", "gpu": "g", "command": "c", "baselines": ["int21"],
+                     "cases": [row(v["key"], v["cr"]) for _, v in sorted(rows.items())]})
+    assert "- bf16/32768x256 (`aaaa`): WRONG_RESULT: WRONG_RESULT at check: fp32/512x1024" in text
+    assert "7x256" not in text

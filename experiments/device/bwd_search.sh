@@ -88,8 +88,13 @@ c)
     if [ -z "${TABLE_BASELINES:-}" ] || [[ ",$TABLE_BASELINES," == *,quack,* ]]; then
         cd "$ROOT" && install_quack && require_peers quack liger && cd "$ROOT/${SNAP:-.snap}" || exit 4
     fi
-    RUN=$(cat /root/work/bwd_run_dir_${GPU_TAG})
-    python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz"
+    RUN=$(cat /root/work/bwd_run_dir_${GPU_TAG} 2>/dev/null)
+    if [ -n "$RUN" ] && [ -d "$RUN" ]; then
+        python3 -m evo.cli dump "$RUN" --out "$OUT/rmsnorm_bwd_${GPU_TAG}_run.json.gz"
+    else        # a fresh machine: the table of a dump (BWD_DUMP, default the committed record)
+        RUN=${BWD_DUMP:-$ROOT/results/rmsnorm_bwd_${GPU_TAG}_run.json.gz}
+        echo "no run on this machine: the table of $RUN"
+    fi
     python3 -m evo.cli dispatch "$RUN" --out "$OUT/rmsnorm_bwd_dispatch.json" | tail -30
     timeout "$((${TABLE_S:-400} + 120))" python3 -m evo.cli table "$RUN" --max-s "${TABLE_S:-400}" \
         ${TABLE_BASELINES:+--baselines "$TABLE_BASELINES"} ${TABLE_CASES:+--cases "$TABLE_CASES"} \

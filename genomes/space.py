@@ -246,6 +246,63 @@ class GeneSpace:
         return self._genome(best)
 
     def _nearest_valid(self, start: dict[str, Any], rng: random.Random) -> dict[str, Any] | None:
+        """Best-first search from `start` over one-gene moves of the genes in broken constraints,
+        nearest first (ties by a seeded hash of the state: crc32 of repr((salt, state))).
+
+        The hash is computed incrementally (the repr of a state differs from its parent's in one
+        element, and crc32 continues over a prefix), which gives the same keys, so the same
+        repairs, as hashing each state's whole repr: every recorded search replays draw for draw
+        (tests/test_genomes.py checks the two against each other). Repairs were most of the time of
+        drawing a genome of a tangled space (rmsnorm_bwd v13: ~0.6 s a genome before)."""
+        order = list(self.names)
+        genes = [self.gene(n) for n in order]
+        options = [g.values() for g in genes]
+        tiebreak = itertools.count()
+        salt = rng.random()
+        head = "(" + repr(salt) + ", ("
+        start_t = tuple(start[n] for n in order)
+        heap = [(0.0, 0.0, next(tiebreak), start_t)]
+        seen = {start_t}
+        expansions = 0
+        last = len(order) - 1
+        push, crc32 = heapq.heappush, zlib.crc32
+        while heap and expansions < self.repair_budget:
+            d, _, _, state = heapq.heappop(heap)
+            values = dict(zip(order, state))
+            broken = [c for c in self.constraints if not c.holds(values)]
+            if not broken:
+                return values
+            expansions += 1
+            touch = {g for c in broken for g in c.genes}
+            parts = [repr(v) for v in state]
+            crc_pre = crc32(head.encode())          # crc32 of the repr up to element i
+            suffixes = [""] * (last + 1)            # the repr after element i
+            tail = "))"
+            for i in range(last, -1, -1):
+                suffixes[i] = tail
+                tail = ", " + parts[i] + tail
+            for i, name in enumerate(order):
+                if i:
+                    crc_pre = crc32((parts[i - 1] + ", ").encode(), crc_pre)
+                if name not in touch:
+                    continue
+                gene, cur = genes[i], state[i]
+                pre, post, suffix = state[:i], state[i + 1:], suffixes[i]
+                for v in options[i]:
+                    if v == cur:
+                        continue
+                    nxt = pre + (v,) + post
+                    if nxt in seen:
+                        continue
+                    seen.add(nxt)
+                    nd = d + gene.distance(cur, v)
+                    # random secondary key: equal-distance repairs are chosen by the seeded rng
+                    push(heap, (nd, crc32((repr(v) + suffix).encode(), crc_pre), next(tiebreak), nxt))
+        return None
+
+    def _nearest_valid_reference(self, start: dict[str, Any], rng: random.Random) -> dict[str, Any] | None:
+        """`_nearest_valid` as first written (each state's whole repr hashed): the specification
+        the incremental version is tested against."""
         order = list(self.names)
         tiebreak = itertools.count()
         salt = rng.random()
@@ -273,7 +330,6 @@ class GeneSpace:
                         continue
                     seen.add(nxt)
                     nd = d + gene.distance(state[i], v)
-                    # random secondary key: equal-distance repairs are chosen by the seeded rng
                     heapq.heappush(heap, (nd, zlib.crc32(repr((salt, nxt)).encode()), next(tiebreak), nxt))
         return None
 

@@ -339,3 +339,23 @@ def test_a_gene_added_later_keeps_old_keys_and_reads_old_genomes():
     assert spec["legacy"] is False
     from genomes.space import genes_from_specs
     assert genes_from_specs(new.spec()["genes"])[2].legacy is False
+
+
+def test_incremental_repair_search_finds_what_the_whole_repr_search_finds():
+    """Space._nearest_valid hashes each state's repr incrementally; its repairs must be the ones
+    the first version (the whole repr hashed) made, or recorded searches would not replay. States
+    one to three genes away from valid genomes of tangled spaces (both RMSNorm families)."""
+    from genomes import rmsnorm, rmsnorm_bwd
+
+    for space in (rmsnorm_bwd.SPACE, rmsnorm.SPACE):
+        rng = random.Random(11)
+        starts = []
+        for _ in range(4):
+            genome = dict(space.sample(rng))
+            for _ in range(3):
+                values = dict(genome)
+                for gene in rng.sample(space.genes, rng.randint(1, 3)):
+                    values[gene.name] = gene.sample(rng)
+                starts.append(values)
+        for i, s in enumerate(starts):
+            assert space._nearest_valid(dict(s), random.Random(i)) == space._nearest_valid_reference(dict(s), random.Random(i))

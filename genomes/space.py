@@ -252,7 +252,7 @@ class GeneSpace:
         The hash is computed incrementally (the repr of a state differs from its parent's in one
         element, and crc32 continues over a prefix), which gives the same keys, so the same
         repairs, as hashing each state's whole repr: every recorded search replays draw for draw
-        (tests/test_genomes.py checks the two against each other). Repairs were most of the time of
+        (tests/test_genomes.py checks it against the first version, kept there). Repairs were most of the time of
         drawing a genome of a tangled space (rmsnorm_bwd v13: ~0.6 s a genome before)."""
         order = list(self.names)
         genes = [self.gene(n) for n in order]
@@ -298,39 +298,6 @@ class GeneSpace:
                     nd = d + gene.distance(cur, v)
                     # random secondary key: equal-distance repairs are chosen by the seeded rng
                     push(heap, (nd, crc32((repr(v) + suffix).encode(), crc_pre), next(tiebreak), nxt))
-        return None
-
-    def _nearest_valid_reference(self, start: dict[str, Any], rng: random.Random) -> dict[str, Any] | None:
-        """`_nearest_valid` as first written (each state's whole repr hashed): the specification
-        the incremental version is tested against."""
-        order = list(self.names)
-        tiebreak = itertools.count()
-        salt = rng.random()
-        start_t = tuple(start[n] for n in order)
-        heap = [(0.0, 0.0, next(tiebreak), start_t)]
-        seen = {start_t}
-        expansions = 0
-        while heap and expansions < self.repair_budget:
-            d, _, _, state = heapq.heappop(heap)
-            values = dict(zip(order, state))
-            broken = [c for c in self.constraints if not c.holds(values)]
-            if not broken:
-                return values
-            expansions += 1
-            touch = {g for c in broken for g in c.genes}
-            for i, name in enumerate(order):
-                if name not in touch:
-                    continue
-                gene = self.gene(name)
-                for v in gene.values():
-                    if v == state[i]:
-                        continue
-                    nxt = state[:i] + (v,) + state[i + 1:]
-                    if nxt in seen:
-                        continue
-                    seen.add(nxt)
-                    nd = d + gene.distance(state[i], v)
-                    heapq.heappush(heap, (nd, zlib.crc32(repr((salt, nxt)).encode()), next(tiebreak), nxt))
         return None
 
     # -- (de)serialisation -------------------------------------------------------------------

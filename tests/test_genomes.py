@@ -397,3 +397,22 @@ def test_incremental_repair_search_finds_what_the_whole_repr_search_finds():
                 starts.append(values)
         for i, s in enumerate(starts):
             assert space._nearest_valid(dict(s), random.Random(i)) == _nearest_valid_whole_repr(space, dict(s), random.Random(i))
+
+
+def test_is_valid_says_what_violations_says():
+    """is_valid stops at the first problem; it must agree with the full list of violations on any
+    values: drawn ones, with a gene missing, an unknown gene or an illegal value."""
+    from genomes import rmsnorm, rmsnorm_bwd
+
+    rng = random.Random(1)
+    for space in (rmsnorm_bwd.SPACE, rmsnorm.SPACE, SPACE):
+        for _ in range(1500):
+            values = {g.name: g.sample(rng) for g in space.genes}
+            roll = rng.random()
+            if roll < 0.1:
+                values.pop(rng.choice(list(values)))
+            elif roll < 0.15:
+                values["not_a_gene"] = 1
+            elif roll < 0.2:
+                values[rng.choice(space.genes).name] = object()
+            assert space.is_valid(values) == (not space.violations(values))

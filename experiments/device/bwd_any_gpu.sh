@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A first call that is worth its start on either GPU: a call that names the H200 kind may get an H100
-# (sessions 25-27 did). On an H200: bwd_search.sh's STEP=a (the v11 search of experiments/rmsnorm_bwd_h200.toml
+# (sessions 25-27 did). On an H200: bwd_search.sh's STEP=a (the search of experiments/rmsnorm_bwd_h200.toml
 # started; SEARCH_S). On anything else (an H100): first, if ELSE_PROBE is set, a probe of its genomes (PROBE_S;
 # judged 4 at a time, so that a call's time limit keeps the batches done); then a new H100 search
 # (experiments/rmsnorm_bwd_h100.toml, STEP=a GPU_TAG=h100, SEARCH_S), whose seeds carry the last H100 run's verified

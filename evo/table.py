@@ -106,19 +106,18 @@ def judged_again_alone(ev: Any, genome: Any, e: Any, served: Sequence[str], dead
     return replace(e, cases=tuple(got.get(cr.case, cr) for cr in e.cases))
 
 
-def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any],
-              bench: Sequence[Any] = ()) -> dict[str, dict]:
+def case_rows(entries: Sequence[DispatchEntry], results: Mapping[str, Any], bench: Sequence[Any]) -> dict[str, dict]:
     """case id -> {"key": genome key, "cr": CaseResult} of the genome the table picks for the case.
 
-    With `bench` (the judge's benchmark cases the table asked for), only those cases have rows,
-    and a case whose genome was judged but has no result for it (the genome failed a check case
+    Only the cases of `bench` (the judge's benchmark cases the table asked for) have rows, and a
+    case whose genome was judged but has no result for it (the genome failed a check case
     before timing: its evaluation holds the check cases it passed, not the benchmark's) gets the
     evaluation's own verdict and message, so the table says why instead of listing check cases."""
     rows = {}
     ids = {c.id for c in bench}
     for key, e in results.items():
         for cr in e.cases:
-            if (not ids or cr.case in ids) and entry_for(entries, cr.params).key == key:
+            if cr.case in ids and entry_for(entries, cr.params).key == key:
                 rows[cr.case] = {"key": key, "cr": cr}
     for c in bench:
         key = entry_for(entries, c.params).key

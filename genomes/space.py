@@ -87,29 +87,31 @@ class GeneSpace:
         return out
 
     def violations(self, values: Mapping[str, Any]) -> list[str]:
-        values = self.complete(values)
-        problems = []
-        extra = set(values) - set(self.names)
-        if extra:
-            problems.append(f"unknown genes {sorted(extra)} (space {self.name!r} has {list(self.names)})")
-        for g in self.genes:
-            if g.name not in values:
-                problems.append(f"gene {g.name!r} is missing")
-            elif not g.contains(values[g.name]):
-                problems.append(f"gene {g.name!r}: {values[g.name]!r} is not one of {g.describe_values()}")
-        if problems:
-            return problems
-        return [f"constraint {c.describe()}" for c in self.constraints if not c.holds(values)]
+        return list(self._problems(values))
 
     def is_valid(self, values: Mapping[str, Any]) -> bool:
         """`not violations(values)`, stopping at the first problem: drawing a genome of a tangled
         space tests hundreds of rejected draws for each one kept."""
+        return next(self._problems(values), None) is None
+
+    def _problems(self, values: Mapping[str, Any]) -> Iterator[str]:
+        """What is wrong with `values`, lazily: unknown, missing or illegal genes; only when the
+        genes are sound, the constraints that do not hold."""
         values = self.complete(values)
-        if len(values) != len(self._index) or any(n not in self._index for n in values):
-            return False
-        if not all(g.contains(values[g.name]) for g in self.genes):
-            return False
-        return all(c.holds(values) for c in self.constraints)
+        sound = True
+        extra = set(values) - set(self.names)
+        if extra:
+            sound = False
+            yield f"unknown genes {sorted(extra)} (space {self.name!r} has {list(self.names)})"
+        for g in self.genes:
+            if g.name not in values:
+                sound = False
+                yield f"gene {g.name!r} is missing"
+            elif not g.contains(values[g.name]):
+                sound = False
+                yield f"gene {g.name!r}: {values[g.name]!r} is not one of {g.describe_values()}"
+        if sound:
+            yield from (f"constraint {c.describe()}" for c in self.constraints if not c.holds(values))
 
     def make(self, values: Mapping[str, Any]) -> Genome:
         """A Genome from exactly valid values; InvalidGenome lists every problem otherwise."""

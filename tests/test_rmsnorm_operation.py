@@ -79,6 +79,16 @@ def test_matrix_dtype_selection_and_joins():
         fam().benchmark_cases("quack:int8")
 
 
+def test_matrix_names_one_shape():
+    one = fam().benchmark_cases("8192x262144:fp32")
+    assert [c.id for c in one] == ["fp32/8192x262144"]
+    joined = fam().benchmark_cases("smoke+4x4096+4x4096:bf16")
+    assert joined[-1].id == "bf16/4x4096" and len(joined) == len(fam().benchmark_cases("smoke:bf16")) + 1
+    for bad in ("0x4096", "8x", "x8", "8x8x8", "-1x8"):
+        with pytest.raises(ValueError, match="unknown RMSNorm benchmark matrix"):
+            fam().benchmark_cases(bad)
+
+
 def test_case_ids_carry_options():
     assert fam(with_rstd=True).benchmark_cases("smoke:bf16")[0].id.endswith("/rstd")
     c = fam(weight_dtype="same").make_case(7, 520, "fp16")

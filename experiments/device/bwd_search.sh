@@ -47,8 +47,10 @@ a)
     fi
     if [ -n "${PROBE:-}" ]; then     # a seeds file judged on the bf16 cases beside INT21 and the roofline
         # PROBE_SKIP: the seeds file's first genomes left out; PROBE_BASELINES: torch's autograd (60 ms a call
-        # at 262144) tells a probe nothing, so by default only INT21 and the roofline are timed beside it
-        timeout "${PROBE_S:-200}" python3 experiments/device/bwd_probe.py --dtype bf16 --random 0 --no-defaults \
+        # at 262144) tells a probe nothing, so by default only INT21 and the roofline are timed beside it;
+        # PROBE_DTYPE / PROBE_MATRIX (default bf16 / quack; a matrix may be one shape, e.g. 8192x262144)
+        timeout "${PROBE_S:-200}" python3 experiments/device/bwd_probe.py --dtype "${PROBE_DTYPE:-bf16}" \
+            --matrix "${PROBE_MATRIX:-quack}" --random 0 --no-defaults \
             --seeds "$PROBE" --skip "${PROBE_SKIP:-0}" --baselines "${PROBE_BASELINES:-int21,roofline}" \
             --out "$OUT/probe.json" > "$OUT/probe.log" 2>&1
         echo "probe rc=$?"; grep -E "^== |roofline" "$OUT/probe.log" | cut -c1-200 | tail -40

@@ -80,6 +80,14 @@ WIDE_LOG10 = (-3.0, 3.0)      # element magnitudes of the "wide" distribution: 1
 _CHUNK_ELEMS = 1 << 26        # rows are generated/referenced in blocks of about this many elements
 
 
+def _explicit_shape(name: str) -> tuple[int, int] | None:
+    """"MxN" (positive integers) as a shape, None for anything else (a matrix name)."""
+    m, sep, n = name.partition("x")
+    if not (sep and m.isdigit() and n.isdigit() and int(m) > 0 and int(n) > 0):
+        return None
+    return int(m), int(n)
+
+
 def _rows_per_chunk(n: int) -> int:
     return max(1, _CHUNK_ELEMS // max(1, n))
 
@@ -135,18 +143,21 @@ class RMSNormOperation(KernelFamily):
         return Case(id=cid, params=params)
 
     def benchmark_cases(self, matrix: str = "default") -> list[Case]:
-        """Named matrices: quack (default), models, smoke, all; "+" joins them and ":bf16,fp16"
-        picks dtypes, e.g. "quack:bf16" or "quack+models:bf16,fp32"."""
+        """Named matrices: quack (default), models, smoke, all; one shape as "MxN"; "+" joins them
+        and ":bf16,fp16" picks dtypes, e.g. "quack:bf16", "quack+models:bf16,fp32" or
+        "8192x262144:fp32" (a probe of the one case no peer runs, without the other ten)."""
         names, _, dts = str(matrix).partition(":")
         dtype_list = tuple(_canonical_float(d) for d in dts.split(",") if d.strip()) if dts else self.dtypes
         shapes: list[tuple[int, int]] = []
         for part in names.split("+"):
             part = part.strip().lower()
             for sub in MATRIX_ALIASES.get(part, (part,)):
-                if sub not in MATRICES:
+                shape = _explicit_shape(sub)
+                if shape is None and sub not in MATRICES:
                     raise ValueError(f"unknown RMSNorm benchmark matrix {part!r}; known: "
-                                     f"{sorted(MATRICES) + sorted(MATRIX_ALIASES)} (optionally ':bf16,fp16')")
-                shapes.extend(s for s in MATRICES[sub] if s not in shapes)
+                                     f"{sorted(MATRICES) + sorted(MATRIX_ALIASES)} or a shape like 8192x262144 "
+                                     f"(optionally ':bf16,fp16')")
+                shapes.extend(s for s in ((shape,) if shape else MATRICES[sub]) if s not in shapes)
         return [self.make_case(m, n, d) for d in dtype_list for (m, n) in shapes]
 
     def check_cases(self) -> list[Case]:

@@ -35,7 +35,7 @@ FAM = sys.modules["_kernels_rmsnorm_bwd_family"]
 REPO = Path(__file__).resolve().parent.parent
 #: the last commit before space v12: what a v11 genome's source was
 BEFORE_V12 = "8225e29"
-#: session 29's H100 table genomes that run rows one CTA covers (results/rmsnorm_bwd_h100.md): 8K-16K in
+#: session 29's H100 table genomes that run rows one CTA covers (results/archive/session29/rmsnorm_bwd_h100.md): 8K-16K in
 #: registers and partial rows (1c3f9f09), 4K-8K with atomics (fc59536a), 512-2K (97177bfb, cc311014),
 #: 256 (aa8471ea, static clusters of 4 beyond), and INT21's 8K layout (c0755542)
 H100 = ("1c3f9f09", "fc59536a", "97177bfb", "cc311014", "aa8471ea", "c0755542")
@@ -46,7 +46,7 @@ def _recorded(prefix: str):
     """A genome of session 29's H100 record by key prefix (v11, completed in v12 at its legacy value)."""
     import gzip  # noqa: PLC0415
 
-    rec = json.loads(gzip.decompress((REPO / "results" / "rmsnorm_bwd_h100_run.json.gz").read_bytes()))
+    rec = json.loads(gzip.decompress((REPO / "results" / "archive" / "session29" / "rmsnorm_bwd_h100_run.json.gz").read_bytes()))
     g = next(e["genome"] for e in rec["evaluations"] if e["key"].startswith(prefix))
     return SPACE.make(SPACE.complete(g))
 

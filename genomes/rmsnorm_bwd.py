@@ -711,11 +711,36 @@ V13_CONSTRAINTS = (
 SPACE_V13 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V12.genes + (CP_ASYNC_L1, RSTD_STAGE),
                       constraints=SPACE_V12.constraints + V13_CONSTRAINTS)
 
+#: space v14 (session 32): fp32 8192 x 262144, the one benchmark case no peer runs, ran at 0.63-0.71 of the add
+#: roofline on the H100 (results/archive/session32/probe_fp32_wide*.log) while every other case with N >= 16K ran
+#: at 0.99-1.00. Its 1 MB rows of x and dy fill a cluster of 16 CTAs' shared memory with one stage (128 KB of
+#: staging and 64 KB of dw accumulators a CTA), so a CTA issues a group's copies only at the top of the visit
+#: that reduces it and waits for them at once: every row's load latency is exposed. L2 staging (the next groups
+#: prefetched into L2, both passes reading from there) ran at 0.48-0.53. refill = pass2 issues the next group's
+#: copies in pass 2 instead, vector by vector, right after the thread has read and used its slots for that
+#: vector (each thread copies into and reads back only its own slots, so no barrier orders them): the next row
+#: streams in behind the row exchange's wait and pass 2's stores, a second stage's overlap without its shared
+#: memory. The next group is known there: static, nk further; dynamic, the one broadcast with the exchange.
+REFILL = Choice("refill", options=("top", "pass2"), group="pipeline", legacy="top",
+                doc="when a visit's copies for the next row group are issued with one stage of shared-memory "
+                    "staging: top (at the top of the visit that reduces it) | pass2 (in the visit before, in pass 2, "
+                    "each vector's right after its slots are read; v14)")
+V14_CONSTRAINTS = (
+    implies("refill_needs_one_staged_stage", ("refill", "staging", "stages", "pass2_data", "dw_update", "rstd_stage"),
+            lambda v: v["refill"] == "pass2",
+            lambda v: (v["staging"] == "smem_async" and v["stages"] == 1 and v["pass2_data"] == "reread"
+                       and v["dw_update"] == "pass2" and v["rstd_stage"] == "regs"),
+            "refill = pass2 refills the one stage's slots as pass 2 reads them: staging = smem_async, stages = 1, "
+            "pass2_data = reread, dw_update = pass2, rstd_stage = regs"),
+)
+SPACE_V14 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V13.genes + (REFILL,),
+                      constraints=SPACE_V13.constraints + V14_CONSTRAINTS)
+
 #: every version of the space, and the latest (what a new run uses)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
           "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10, "v11": SPACE_V11, "v12": SPACE_V12,
-          "v13": SPACE_V13}
-SPACE = SPACE_V13
+          "v13": SPACE_V13, "v14": SPACE_V14}
+SPACE = SPACE_V14
 
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread

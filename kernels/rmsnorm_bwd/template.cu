@@ -905,6 +905,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #pragma unroll
   for (int q = 0; q < S - 1; ++q) load_rows(gq[q], q, rq[q]);
   int sb = 0;                                    // buffer of gq[0]; gq[S - 1] goes to (sb + S - 1) % S
+//@refill new
+  load_rows(gq[0], 0, rq[0]);                    // (v14) refill = pass2 (S = 1): the first group here, the rest in pass 2
+//@refill end
 #elif BWD_STAGES == 2
   if (gq[0] * R < M) load_rows(gq[0], xa, da, rq[0]);
 #endif
@@ -918,8 +921,13 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #elif BWD_STAGING
     {
       const int lb = sb == 0 ? S - 1 : sb - 1;  // (sb + S - 1) % S: the buffer the last visit read
+//@refill legacy
       load_rows(gq[S - 1], lb, rq[S - 1]);       // always one commit group (empty past the end) ...
       cp_async_wait<S - 1>();                    // ... so gq[0]'s has landed
+//@refill new
+      (void)lb;                                  // (v14) gq[0]'s copies were issued by the last visit's pass 2
+      cp_async_wait<0>();                        // (or the prologue), one commit group
+//@refill end
     }
 #elif BWD_STAGES == 2
     uint32_t xb[K][BWD_NW], db[K][BWD_NW];
@@ -1062,6 +1070,15 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 //@rstd_stage end
 #endif
     const float c = r * s[0] * inv_n;
+//@refill new
+    // (v14) the next group (as the queue's `last` below: static, nk further; dynamic, the broadcast one), whose
+    // copies pass 2 issues into this group's slots as it reads them
+    int nxg = gq[0] + nk;
+#if BWD_SCHED_DYNAMIC
+    if (dyn) nxg = C == 1 ? nk * S + got : got;
+#endif
+    const int nrow = nxg * R + ty;
+//@refill end
     // pass 2: dx, and dw += dy * xhat
     BWD_VLOOP
     for (int j = 0; j < K; ++j) {
@@ -1125,7 +1142,22 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
 //@dw_update end
       if (live && BWD_OWN(j)) st_vec(dx + (size_t)row * (size_t)N + (size_t)(v0 + tx + j * tpr) * E, o, pol);
+//@refill new
+      // (v14) the slots of vector j are read and their words used (the store above took them): the next group's
+      // copies into them, issued after in program order (each thread copies into and reads only its own slots)
+      if (nrow < M && BWD_OWN(j)) {
+        const size_t off = (size_t)nrow * (size_t)N + (size_t)(v0 + tx + j * tpr) * E;
+        cp_async_vec(slot(sb, 0, j), x + off, pol);
+        cp_async_vec(slot(sb, 1, j), dy + off, pol);
+      }
+//@refill end
     }
+//@refill new
+    cp_async_commit();                           // (v14) one commit group a visit (empty past the end)
+#if !BWD_RECOMPUTE
+    rq[0] = nrow < M ? ld_rstd(rstd + nrow) : 0.f;
+#endif
+//@refill end
 #if BWD_STAGES == 2 && !BWD_STAGING && !BWD_L2
 #pragma unroll
     for (int j = 0; j < K; ++j)

@@ -274,6 +274,43 @@ def test_repair_fixes_constraint_with_smallest_change():
     assert changed in ({"cluster"}, {"threads_per_row"})
 
 
+def _legacy_space(legacy_retry: bool) -> GeneSpace:
+    """A later gene (`late`, legacy "off") whose "on" needs a = 0, and b = "small"; a repair budget of two
+    expansions: the nearest-valid search fixes one broken constraint and gives up on two."""
+    from genomes.constraints import implies  # noqa: PLC0415
+    genes = (IntRange("a", low=0, high=1), Choice("b", options=("small", "big")),
+             Choice("late", options=("off", "on"), legacy="off"))
+    rules = (implies("late_needs_a0", ("late", "a"), lambda v: v["late"] == "on", lambda v: v["a"] == 0, "late: a = 0"),
+             require("b_small", ("b",), lambda v: v["b"] == "small", "b small"))
+    return GeneSpace(name="legacy", genes=genes, constraints=rules, repair_budget=2, legacy_retry=legacy_retry)
+
+
+def test_legacy_retry_puts_a_later_gene_back_where_the_search_gives_up():
+    start = {"a": 1, "b": "big", "late": "on"}
+    for seed in range(10):
+        assert _legacy_space(True).repair(start, random.Random(seed)).as_dict() == {"a": 1, "b": "small", "late": "off"}
+    seen = {tuple(_legacy_space(False).repair(start, random.Random(s)).as_dict().items()) for s in range(20)}
+    assert len(seen) > 1                         # without it: the random fallback's nearest draws
+    easy = {"a": 1, "b": "small", "late": "on"}  # one broken constraint: the search itself moves a or late
+    got = {_legacy_space(True).repair(easy, random.Random(s))["late"] for s in range(20)}
+    assert got == {"on", "off"}
+
+
+def test_legacy_retry_repairs_a_uniform_draw_from_its_later_genes_at_legacy():
+    space, reset = _legacy_space(True), 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        draw = {g.name: g.sample(rng) for g in space.genes}       # sample's one draw (tries=1)
+        if space.is_valid(draw):
+            want = space.make(draw)
+        else:
+            start = space._at_legacy_where_broken(draw)
+            reset += start != draw
+            want = space.repair(start, rng)
+        assert space.sample(random.Random(seed), tries=1) == want, seed
+    assert reset > 0
+
+
 def test_repair_snaps_out_of_range_numbers():
     fixed = SPACE.repair(dict(FIXED, vector_bytes=7, unroll=99, stages=-4), random.Random(0))
     assert fixed["vector_bytes"] == 8 and fixed["unroll"] == 4

@@ -356,55 +356,55 @@ def test_session32_h100_record_judged_the_twins_without_pdl_slower_on_short_rows
     assert at(child, 4096) > 1.015 and at(child, 8192) > at(fc, 8192)
 
 
-def test_the_h100_config_carries_session31s_verdicts_and_judges_twins_without_pdl():
-    """experiments/rmsnorm_bwd_h100.toml (since session 31): seed_from session 31's record with carry_seeds (its
-    suspects judged again: seed_suspects = 4, none in that record), at most 24 of them, champions first, every
-    one verified and answered from the record (no GPU time); then the seeds' twins with launch_overlap = none,
-    never judged, in seed order, to the population (session 31's child 9f29f60f, fc59536a without PDL and with
-    specialize = exact, took 4K-8K). No v13 twin again: session 31 judged those of 8 seeds, none faster."""
+def test_the_h100_config_carries_session32s_verdicts_then_seeds_the_refill_genomes():
+    """experiments/rmsnorm_bwd_h100.toml (since session 32, gene space v14): seed_from session 32's record with
+    carry_seeds (its suspects judged again: seed_suspects = 4, none in that record), at most 24 of them, every one
+    verified and answered from the record (no GPU time); then seeds/rmsnorm_bwd_v14.json in its order to the
+    population: first the two refill genomes that ran fp32 8192x262144 fastest in session 32's probe (the case no
+    peer runs, which the objective never breeds for), never judged. No seed variants: session 32 judged the PDL-off
+    twins (slower on short rows), session 31 the v13 twins (none faster)."""
     from evo.config import load_config  # noqa: PLC0415
     from evo.lessons import carried_evaluations, seed_genomes  # noqa: PLC0415
 
     cfg = load_config(H100_CONFIG)
     assert cfg.search.carry_seeds and cfg.evaluator.kind == "gpu" and cfg.target.gpu == "H100"
-    assert cfg.search.seed_suspects == 4 and cfg.experiment.space_version == "v13"
-    assert (H100_CONFIG.parent / cfg.search.seed_from).resolve() == SESSION31_H100.resolve()
-    space = load_space("rmsnorm_bwd", "v13")
+    assert cfg.search.seed_suspects == 4 and cfg.experiment.space_version == "v14" and not cfg.search.seed_variants
+    assert (H100_CONFIG.parent / cfg.search.seed_from).resolve() == SESSION32_H100.resolve()
+    space = load_space("rmsnorm_bwd", "v14")
     seeds = seed_genomes(cfg, space)
     carried = carried_evaluations(cfg, space)
     assert not any(e.suspect for e in carried.values())
     from_record = seeds[:cfg.search.seed_limit]
     assert all(g.key in carried and carried[g.key].fitness(cfg.objective.metric) is not None for g in from_record)
-    assert from_record[0].key.startswith("9b68854f")       # the first case's champion (bf16 16384x131072)
-    assert any(g.key.startswith("9f29f60f") for g in from_record[:8])
+    assert from_record[0].key.startswith("9b68854f") and any(g.key.startswith("0e68ace3") for g in from_record)
     assert len({g.key for g in seeds}) == len(seeds) == 32
-    twins = seeds[cfg.search.seed_limit:]
-    want = [space.make(t).key for g in from_record for t in (dict(g, launch_overlap="none"),)
-            if g["launch_overlap"] != "none" and space.is_valid(t)]
-    assert [g.key for g in twins] == want[:len(twins)] and len(twins) == 8
-    assert not any(g.key in carried for g in twins)
-    assert all(g["short_schedule"] == "static" and g["cp_async_l1"] == "bypass" for g in twins)
+    listed = seeds[cfg.search.seed_limit:]
+    assert [g.key[:8] for g in listed[:2]] == ["146c0ac7", "a2acbcf9"]
+    assert all(g["refill"] == "pass2" for g in listed[:2]) and not any(g.key in carried for g in listed)
 
 
 def test_the_h200_config_starts_with_the_h100_tables_genomes():
-    """experiments/rmsnorm_bwd_h200.toml (since session 31, gene space v13): session 31's H100 run's per-case
-    champions, 8 of them (the long rows' 9b68854f, the 4K-8K child 9f29f60f among them), judged anew on the H200
-    (no carry across GPUs; the screening model not fitted on H100 verdicts), then the v11 seeds file in its order,
-    as many as the population holds."""
+    """experiments/rmsnorm_bwd_h200.toml (since session 32, gene space v14): session 32's H100 run's per-case
+    champions, 8 of them (the long rows' 9b68854f and d5da0569, the 2K-8K child 0e68ace3 among them), judged anew on
+    the H200 (no carry across GPUs; the screening model not fitted on H100 verdicts), then seeds/rmsnorm_bwd_v14.json
+    in its order (the two fp32 8192x262144 refill genomes, then the v11 seeds), as many as the population holds."""
     import json as _json  # noqa: PLC0415
 
     from evo.config import load_config  # noqa: PLC0415
     from evo.lessons import carried_evaluations, prior_evaluations, seed_genomes  # noqa: PLC0415
 
     cfg = load_config(CONFIG)
-    space = load_space("rmsnorm_bwd", "v13")
-    assert cfg.experiment.space_version == "v13"
-    assert (CONFIG.parent / cfg.search.seed_from).resolve() == SESSION31_H100.resolve()
+    space = load_space("rmsnorm_bwd", "v14")
+    assert cfg.experiment.space_version == "v14"
+    assert (CONFIG.parent / cfg.search.seed_from).resolve() == SESSION32_H100.resolve()
     seeds = seed_genomes(cfg, space)
-    assert [g.key[:8] for g in seeds[:8]] == ["9b68854f", "cc311014", "a2b08a6c", "aa8471ea", "9f29f60f", "97177bfb",
-                                              "18b18729", "46e79aaa"]
+    assert [g.key[:8] for g in seeds[:8]] == ["9b68854f", "cc311014", "a2b08a6c", "362477fe", "aa8471ea", "0e68ace3",
+                                              "97177bfb", "d5da0569"]
     listed = [space.make(s["genome"]).key
-              for s in _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v11.json").read_text())["genomes"]]
+              for s in _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v14.json").read_text())["genomes"]]
+    v11 = [space.make(s["genome"]).key
+           for s in _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v11.json").read_text())["genomes"]]
+    assert listed[2:] == v11 and [k[:8] for k in listed[:2]] == ["146c0ac7", "a2acbcf9"]
     assert len(seeds) == len({g.key for g in seeds}) == cfg.search.ga.population == 32
     first = {g.key for g in seeds[:8]}
     assert [g.key for g in seeds[8:]] == [k for k in listed if k not in first][:24]   # the file's first, to the population

@@ -49,7 +49,7 @@ def _cases():
 def test_space_is_registered_versioned_and_documented():
     assert load_space("rmsnorm_bwd") is SPACE and load_space("rmsnorm_bwd", "v1") is SPACES["v1"]
     assert load_space("rmsnorm_bwd", "v3") is SPACES["v3"]
-    assert SPACE is SPACES["v13"] and load_space("rmsnorm_bwd", "v5") is SPACES["v5"]
+    assert SPACE is SPACES["v14"] and load_space("rmsnorm_bwd", "v5") is SPACES["v5"]
     assert set(SPACES["v1"].names) < set(SPACES["v2"].names) < set(SPACES["v3"].names) < set(SPACE.names)
     assert len(SPACE.genes) >= 14 and len(SPACE.constraints) >= 8
     assert {"memory", "geometry", "reduce", "pipeline", "compile"} <= set(SPACE.groups())
@@ -178,6 +178,8 @@ def test_every_gene_but_the_launch_only_ones_changes_the_source():
             tries = [dict(DEFAULT, staging="smem_async", load_cache="default", chunks=2)] if gene.name == "staging" else []
             if gene.name in ("cp_async_l1", "rstd_stage"):      # allocate, smem: the 16-byte staging
                 tries = [dict(DEFAULT, staging="smem_async", load_cache="default", chunks=2, **{gene.name: value})]
+            if gene.name == "refill":           # pass2: one stage of the 16-byte staging
+                tries = [dict(DEFAULT, staging="smem_async", load_cache="default", chunks=2, stages=1, refill=value)]
             if gene.name == "vector_loop":      # rolled needs staging and dw_acc moved too
                 tries = [dict(DEFAULT, staging="smem_async", load_cache="default", dw_acc="smem", vector_loop=value)]
             tries += [dict(SPACE.repair(dict(DEFAULT, **{gene.name: value}), random.Random(seed))) for seed in range(20)]

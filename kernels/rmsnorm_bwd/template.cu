@@ -1153,10 +1153,14 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 //@refill end
     }
 //@refill new
-    cp_async_commit();                           // (v14) one commit group a visit (empty past the end)
 #if !BWD_RECOMPUTE
+//@rstd_stage legacy
     rq[0] = nrow < M ? ld_rstd(rstd + nrow) : 0.f;
+//@rstd_stage new
+    if (nrow < M) cp_async_f32(rslot(sb), rstd + nrow);   // (read before pass 2: the slot is free)
+//@rstd_stage end
 #endif
+    cp_async_commit();                           // (v14) one commit group a visit (empty past the end)
 //@refill end
 #if BWD_STAGES == 2 && !BWD_STAGING && !BWD_L2
 #pragma unroll

@@ -11,7 +11,8 @@
 # A line (after the ceiling test's) says which GPU_TAG the later calls pass to bwd_search.sh (with REQUIRE_GPU, upper case).
 # Carry .whl .whlq4 .peers/RMSNorm-H100 .peers/int21_ext.tgz (INT21 restored; the QuACK parts .whlq1-3 follow
 # in the search's later calls, bwd_search.sh's header).
-#   SEARCH_S=330 bash experiments/device/bwd_any_gpu.sh      (CEILING_S=0: without the ceiling test first)
+#   SEARCH_S=330 bash experiments/device/bwd_any_gpu.sh      (CEILING_S=0: without the ceiling test first;
+#   GPU_TESTS_K=v14: tests/test_rmsnorm_bwd_gpu.py -k v14 after it)
 set -o pipefail
 # First, on either GPU (CEILING_S, default 90; 0: skip): the judge's streaming ceiling against torch.add's own
 # speed (tests/test_copy_ceiling_gpu.py, its figures by pattern printed): the suspect test depends on it, and
@@ -21,6 +22,14 @@ if [ "${CEILING_S:-90}" -gt 0 ]; then
         && timeout "${CEILING_S:-90}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_copy_ceiling_gpu.py) \
         > "$OUT/ceiling_test.log" 2>&1
     echo "ceiling test rc=$?: $(grep -oE 'ceiling [0-9].*TB/s|[0-9]+ (passed|failed).*' "$OUT/ceiling_test.log" | tr '\n' ' ' | cut -c1-400)"
+fi
+# Then (GPU_TESTS_K set, e.g. v14) the family's GPU tests of that -k expression, INT21 restored first (GPU_TESTS_S,
+# default 200): a new gene's twins checked bit for bit on the machine before its search judges them.
+if [ -n "${GPU_TESTS_K:-}" ]; then
+    (. experiments/device/device_lib.sh && install_wheels && . experiments/device/peers_build.sh && device_pythonpath \
+        && timeout "${GPU_TESTS_S:-200}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_rmsnorm_bwd_gpu.py \
+            -k "$GPU_TESTS_K") > "$OUT/gpu_tests.log" 2>&1
+    echo "GPU tests (-k $GPU_TESTS_K) rc=$?: $(grep -oE '[0-9]+ (passed|failed|skipped|error).*' "$OUT/gpu_tests.log" | tail -1 | cut -c1-200)"
 fi
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     echo "GPU_TAG=h200: the search's first call"

@@ -1071,7 +1071,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
     const float c = r * s[0] * inv_n;
 //@refill new
-    // (v14) the next group (as the queue's `last` below: static, nk further; dynamic, the broadcast one), whose
+    // (v14) the next group (the queue's `last` below: static, nk further; dynamic, the broadcast one), whose
     // copies pass 2 issues into this group's slots as it reads them
     int nxg = gq[0] + nk;
 #if BWD_SCHED_DYNAMIC
@@ -1169,6 +1169,7 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
       for (int q = 0; q < BWD_NW; ++q) { xa[j][q] = xb[j][q]; da[j][q] = db[j][q]; }
 #endif
     // the queue moves on: a new last group (static: nk further; dynamic: the broadcast one)
+//@refill legacy
     int last = gq[S - 1] + nk;
 #if BWD_SCHED_DYNAMIC
 //@short_schedule legacy
@@ -1177,6 +1178,9 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
     if (dyn) last = C == 1 ? nk * S + got : got;   // (v12) unclustered: counter values follow the static S
 //@short_schedule end
 #endif
+//@refill new
+    const int last = nxg;                        // (v14) found before pass 2, whose copies went to it
+//@refill end
     (void)got;
 #pragma unroll
     for (int q = 0; q + 1 < S; ++q) { gq[q] = gq[q + 1]; rq[q] = rq[q + 1]; }

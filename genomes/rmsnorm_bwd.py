@@ -737,11 +737,61 @@ V14_CONSTRAINTS = (
 SPACE_V14 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc, genes=SPACE_V13.genes + (REFILL,),
                       constraints=SPACE_V13.constraints + V14_CONSTRAINTS, legacy_retry=True)
 
+#: space v15 (session 33): refill = pass1. Session 33's Nsight Compute profile of 146c0ac7 (refill = pass2) on
+#: fp32 8192x262144 (results/archive/session33/bwd_ncu.md): DRAM bytes at the floor (17.2 GB read, 8.6 GB
+#: written), 0.79 of the add roofline, 21.8 % issue active, long_scoreboard the top stall. With pass 2 refilling,
+#: a visit's copies of the next group are in flight from pass 2 until the next visit's wait, so the wait at the
+#: top of a visit, pass 1 and the row exchange (a DSMEM round trip across 16 CTAs) run with no copy of this CTA
+#: in flight: per visit about 2 us without DRAM traffic of ~8 us. refill = pass1 refills each vector's slots in
+#: pass 1, right after its words are used, where the row is held in registers for pass 2 (pass2_data =
+#: regs_exact: the exact entries); the copies then stream behind the exchange and all of pass 2 too, and only
+#: the wait and pass 1's reads of the slots remain uncovered. Its next group must be known before pass 1: the
+#: static schedule's is (nk further); the clustered dynamic schedule fetches one group more at the start, so
+#: each visit's fetch (broadcast with its exchange) names the group two visits on. (Session 33's first probe
+#: ran it static over 7 clusters of 16, cluster_slack = 1: 0.81, against 0.76 for its pass2 twin and 0.69 for
+#: 146c0ac7 made static, itself 0.78 dynamic: the static schedule costs 12 % there.) The unclustered dynamic
+#: schedule (short_schedule) numbers its counter's groups after the static first ones and is left out. The
+#: run-time entries (no held row) refill in pass 2, the same look-ahead group. Arithmetic and its order are
+#: unchanged.
+REFILL_V15 = Choice("refill", options=("top", "pass2", "pass1"), group="pipeline", legacy="top",
+                    doc=REFILL.doc + " | pass1 (in pass 1, each vector's right after its words are used, where the "
+                        "row is held for pass 2: the exact entries of pass2_data = regs_exact | regs_exact32; the "
+                        "dynamic schedule one group ahead; v15)")
+V15_CONSTRAINTS = (
+    implies("refill_needs_one_staged_stage", ("refill", "staging", "stages"),
+            lambda v: v["refill"] != "top",
+            lambda v: v["staging"] == "smem_async" and v["stages"] == 1,
+            "refill = pass2 | pass1 refills the one stage's slots as a pass is done with them: staging = "
+            "smem_async, stages = 1"),
+    implies("refill_pass1_needs_the_held_row", ("refill", "pass2_data"),
+            lambda v: v["refill"] == "pass1", lambda v: v["pass2_data"] in ("regs_exact", "regs_exact32"),
+            "refill = pass1 overwrites the slots before pass 2, which must then read the row from registers "
+            "(the entries that do not hold it refill in pass 2): pass2_data = regs_exact | regs_exact32"),
+    implies("held_exact32_needs_exact_entries", ("pass2_data", "specialize"),
+            lambda v: v["pass2_data"] == "regs_exact32", lambda v: v["specialize"] != "none",
+            "pass2_data = regs_exact32 holds the row in the exact entries of 32-bit x: specialize = exact | "
+            "exact_width"),
+    implies("refill_pass1_not_with_the_short_schedule", ("refill", "short_schedule"),
+            lambda v: v["refill"] == "pass1", lambda v: v["short_schedule"] == "static",
+            "refill = pass1 looks one group ahead in the clustered dynamic schedule only: short_schedule = static"),
+)
+#: pass2_data = regs_exact32 (v15 too): the held row that refill = pass1 needs spills in the 16-bit entries at the
+#: layout fp32 8192x262144 wants (512 threads x 8 vectors of a cluster of 16: 1-1.5 KB in every bf16/fp16 entry,
+#: none in the fp32 ones, session 33), and one spilling entry fails the whole genome. regs_exact32 holds it in
+#: the exact entries of 32-bit x only; the 16-bit entries read it again (and refill in pass 2).
+PASS2_DATA_V15 = Choice("pass2_data", options=("reread", "regs", "regs_exact", "regs_exact32"), group="pipeline",
+                        legacy="reread", doc=PASS2_DATA_V11.doc + " | regs_exact32 (regs_exact in the entries of "
+                        "32-bit x only; v15)")
+SPACE_V15 = GeneSpace(name="rmsnorm_bwd", doc=SPACE_V1.doc,
+                      genes=tuple({"refill": REFILL_V15, "pass2_data": PASS2_DATA_V15}.get(g.name, g)
+                                  for g in SPACE_V14.genes),
+                      constraints=SPACE_V13.constraints + V15_CONSTRAINTS, legacy_retry=True)
+
 #: every version of the space, and the latest (what a new run uses)
 SPACES = {"v1": SPACE_V1, "v2": SPACE_V2, "v3": SPACE_V3, "v4": SPACE_V4, "v5": SPACE_V5, "v6": SPACE_V6,
           "v7": SPACE_V7, "v8": SPACE_V8, "v9": SPACE_V9, "v10": SPACE_V10, "v11": SPACE_V11, "v12": SPACE_V12,
-          "v13": SPACE_V13, "v14": SPACE_V14}
-SPACE = SPACE_V14
+          "v13": SPACE_V13, "v14": SPACE_V14, "v15": SPACE_V15}
+SPACE = SPACE_V15
 
 
 #: A genome that runs every benchmark case: 16-byte vectors, 512 threads, 4 vectors per thread

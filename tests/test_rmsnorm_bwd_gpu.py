@@ -15,13 +15,17 @@ On the H200: `pytest -m gpu tests/test_rmsnorm_bwd_gpu.py -s` (the slow test add
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from fitness.family import load_family
 from fitness.records import Status
 from tests.conftest import gpu_or_skip
+
+REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.gpu
 
@@ -62,15 +66,15 @@ def _check(family, genomes, evaluations, matrix: str):
 
 
 def _twin_outputs(family, pairs, seed: int, tmp_path):
-    """(twin, base, case, twin's outputs, base's outputs) for each (twin, base) pair on every bf16 benchmark and
-    CHECK case of at most 2^30 elements the twin runs, both on the same device inputs (seeded by `seed` and the
-    case's index), launched as the judge launches them."""
+    """(twin, base, case, twin's outputs, base's outputs) for each (twin, base) pair on every benchmark case of
+    the family's (first) dtype and every CHECK case of at most 2^30 elements the twin runs, both on the same
+    device inputs (seeded by `seed` and the case's index), launched as the judge launches them."""
     import cupy as cp  # noqa: PLC0415
 
     from fitness.cuda_backend import CupyBackend  # noqa: PLC0415
     from tests.device_runs import load_modules, run_genome  # noqa: PLC0415
 
-    cases = [c for c in family.benchmark_cases("quack:bf16") + family.check_cases() if c.params["M"] * c.params["N"] <= 2**30]
+    cases = [c for c in family.benchmark_cases(f"quack:{family.dtypes[0]}") + family.check_cases() if c.params["M"] * c.params["N"] <= 2**30]
     backend = CupyBackend()
     modules = load_modules(backend, family, [g for pair in pairs for g in pair], tmp_path / "compile")
     for twin, base in pairs:
@@ -361,3 +365,24 @@ def test_v14_refill_twins_write_their_twins_outputs_and_pass_the_judge_bf16(tmp_
             dict(_recorded("c0755542"), stages=1, rstd_stage="smem"), dict(_recorded("fc59536a"), stages=1, dw_update="shadow")]
     pairs = [(SPACE.make(dict(t, refill="pass2")), SPACE.make(t)) for t in tops]
     _assert_twins_agree_then_judge(family, pairs, 1400, tmp_path)
+
+
+def test_v15_refill_pass1_twins_write_their_pass2_twins_outputs_and_pass_the_judge_fp32(tmp_path):
+    """Space v15: refill = pass1 issues the next row group's copies in pass 1, right after each vector's words are
+    held and used, where pass2 issues them in pass 2; the dynamic schedule looks one group ahead for it. The same
+    bytes land in the same slots before the next visit reads them, so on every fp32 case of at most 2^30
+    elements each pass1 genome writes its pass2 twin's dx bit for bit (dw too under the static schedule), with
+    rstd from the register queue or its slot and the shadow dw update; then the judge passes them. (Session 33's
+    probes on the H100, results/archive/session33/probe_fp32_wide{4,5}.log: every fp32 check case verified; fp32
+    8192x262144 at 1.00 of the add roofline for 4ff32dfd.)"""
+    gpu_or_skip()
+    from genomes.rmsnorm_bwd import SPACE  # noqa: PLC0415
+
+    family = type(load_family("rmsnorm_bwd"))(dtypes=("fp32",))
+    seeds = {g["key"]: g["genome"] for g in json.loads(
+        (REPO / "experiments" / "seeds" / "rmsnorm_bwd_fp32_wide_probe5.json").read_text())["genomes"]}
+    held = dict(seeds["4ff32dfd"], refill="pass2")
+    bases = [held, dict(held, rstd_stage="smem"), dict(held, dw_update="shadow"),
+             dict(held, row_schedule="static", cluster_slack=1)]
+    pairs = [(SPACE.make(dict(b, refill="pass1")), SPACE.make(b)) for b in bases]
+    _assert_twins_agree_then_judge(family, pairs, 1500, tmp_path)

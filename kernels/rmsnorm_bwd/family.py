@@ -266,11 +266,15 @@ def exact_entry_name(x_dtype: str, cluster: int, tpr: int, rows: int) -> str:
 
 def regions(genome: Mapping[str, Any]) -> dict[str, bool]:
     """The template's regions for a genome (region -> whether its "legacy" part is the one rendered): one per
-    gene with a legacy value, and (v11) two keyed on a single new value of a gene whose other non-legacy
-    value was judged before it: exact_width (specialize = exact_width, beside v10's exact) and held_exact
-    (pass2_data = regs_exact, beside v9's regs), so a v10 exact or v9 regs genome renders as it did."""
+    gene with a legacy value, and four keyed on new values of a gene whose other non-legacy value was judged
+    before them: (v11) exact_width (specialize = exact_width, beside v10's exact) and held_exact (pass2_data =
+    regs_exact, and v15's regs_exact32, beside v9's regs), (v15) held32 (pass2_data = regs_exact32, beside
+    regs_exact) and refill_p1 (refill = pass1, beside v14's pass2), so a v10 exact, v9 regs, v11 regs_exact or v14
+    pass2 genome renders as it did."""
     return {**at_legacy(SPACE, genome), "exact_width": genome.get("specialize", "none") != "exact_width",
-            "held_exact": genome.get("pass2_data", "reread") != "regs_exact"}
+            "held_exact": genome.get("pass2_data", "reread") not in ("regs_exact", "regs_exact32"),
+            "held32": genome.get("pass2_data", "reread") != "regs_exact32",
+            "refill_p1": genome.get("refill", "top") != "pass1"}
 
 
 def defines(genome: Mapping[str, Any]) -> dict[str, str]:
@@ -313,7 +317,7 @@ def defines(genome: Mapping[str, Any]) -> dict[str, str]:
         out["BWD_XCHG_ASYNC"] = "1"
     if g.get("dw_update", "pass2") == "shadow":
         out["BWD_DW_SHADOW"] = "1"
-    if g.get("pass2_data", "reread") != "reread":         # regs, or (v11) regs_exact
+    if g.get("pass2_data", "reread") != "reread":         # regs, or (v11) regs_exact, or (v15) regs_exact32
         out["BWD_P2_REGS"] = "1"
     return out
 

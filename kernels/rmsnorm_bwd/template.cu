@@ -715,10 +715,19 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   // (rows that do not divide evenly) reads it again as pass2_data = reread does, so its registers stay
   // the reread twin's: ptxas spills the run-time cluster entries of several held-row genomes at the cap
   // of 128 where their exact entries fit (pass 1's copies into xk, dk are dead there and vanish)
+//@held32 new
+  // (v15) pass2_data = regs_exact32: only the exact entries of 32-bit x hold it; the 16-bit ones read it again
+  // (at 512 threads x 8 vectors ptxas spills 1-1.5 KB in the held 16-bit entries and none in the fp32 ones)
+  constexpr bool held_row = XT > 0 && sizeof(T) == 4;
+//@held32 end
 #undef BWD_HELD
 #define BWD_HELD(j)                                                                               \
   uint32_t xh_[BWD_NW], dh_[BWD_NW];                                                              \
+//@held32 legacy
   if constexpr (XT > 0) {                                                                         \
+//@held32 new
+  if constexpr (held_row) {                                                                       \
+//@held32 end
     _Pragma("unroll") for (int q = 0; q < BWD_NW; ++q) { xh_[q] = xk[j][q]; dh_[q] = dk[j][q]; }  \
   } else {                                                                                        \
     BWD_FETCH(j)                                                                                  \
@@ -754,9 +763,19 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
   float rq[S];
 #pragma unroll
   for (int q = 0; q < S; ++q) { gq[q] = k0 + q * nk; rq[q] = 0.f; }
+//@refill_p1 new
+  // (v15) refill = pass1: the group after gq[0] is known a visit early (pass 1 copies it): static, nk further;
+  // dynamic, fetched with the first ones, then each visit's fetch (broadcast with its exchange) is the group
+  // two visits on
+  int gn = k0 + S * nk;
+//@refill_p1 end
 #if BWD_SCHED_DYNAMIC
   __shared__ int xg[2];
+//@refill_p1 legacy
   __shared__ int gst[S];
+//@refill_p1 new
+  __shared__ int gst[S + 1];
+//@refill_p1 end
   // (the counter's address and `dyn` are recomputed from kernel parameters where used: fewer
   // registers live across the row loop)
 #define BWD_CTR reinterpret_cast<int*>(dw_part + (size_t)(gridDim.x / C) * (size_t)N)
@@ -784,14 +803,24 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 //@launch_overlap new
       pdl_wait();                                // (v11) bwd_sched_init has zeroed the counter
 //@launch_overlap end
+//@refill_p1 legacy
       const int b = fetch_groups(BWD_CTR, S);
       for (int dst = 0; dst < C; ++dst)
 #pragma unroll
         for (int q = 0; q < S; ++q) st_cluster_s32(gst + q, (unsigned)dst, b + q);
+//@refill_p1 new
+      const int b = fetch_groups(BWD_CTR, S + 1);          // (v15) and the next visit's group
+      for (int dst = 0; dst < C; ++dst)
+#pragma unroll
+        for (int q = 0; q <= S; ++q) st_cluster_s32(gst + q, (unsigned)dst, b + q);
+//@refill_p1 end
     }
     cluster_sync();
 #pragma unroll
     for (int q = 0; q < S; ++q) gq[q] = gst[q];
+//@refill_p1 new
+    gn = gst[S];
+//@refill_p1 end
 //@short_schedule new
     }
 //@short_schedule end
@@ -942,6 +971,19 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
     const bool live = XT > 0 || row < M;
 //@specialize end
     (void)live;
+//@refill_p1 new
+    // (v15) refill = pass1: where this entry holds the row in registers for pass 2 (pass2_data = regs_exact,
+    // the exact entries), pass 1 refills each vector's slots with the next group's copies right after it has
+    // used their words, so the next row streams in behind the exchange and the whole of pass 2 as well. The
+    // next group (gn) is known before pass 1. The run-time entries refill in pass 2, with the same group.
+//@held32 legacy
+    constexpr bool rf1 = XT > 0;
+//@held32 new
+    constexpr bool rf1 = held_row;
+//@held32 end
+    const int nrow1 = gn * R + ty;
+    (void)nrow1;
+//@refill_p1 end
     // pass 1: s[0] = sum x*w*dy, s[1] = sum x*x
     float s[BWD_NV];
 #pragma unroll
@@ -976,6 +1018,16 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
         }
       }
+//@refill_p1 new
+      // (v15) the words of vector j are held (xk, dk) and used above: its slots take the next group's copies
+      if constexpr (rf1) {
+        if (nrow1 < M && BWD_OWN(j)) {
+          const size_t off = (size_t)nrow1 * (size_t)N + (size_t)(v0 + tx + j * tpr) * E;
+          cp_async_vec(slot(sb, 0, j), x + off, pol);
+          cp_async_vec(slot(sb, 1, j), dy + off, pol);
+        }
+      }
+//@refill_p1 end
     }
     int got = 0;
 //@dw_update legacy
@@ -1073,10 +1125,14 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 //@refill new
     // (v14) the next group (the queue's `last` below: static, nk further; dynamic, the broadcast one), whose
     // copies pass 2 issues into this group's slots as it reads them
+//@refill_p1 legacy
     int nxg = gq[0] + nk;
 #if BWD_SCHED_DYNAMIC
     if (dyn) nxg = C == 1 ? nk * S + got : got;
 #endif
+//@refill_p1 new
+    const int nxg = gn;                          // (v15) known a visit early
+//@refill_p1 end
     const int nrow = nxg * R + ty;
 //@refill end
     // pass 2: dx, and dw += dy * xhat
@@ -1145,7 +1201,11 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 //@refill new
       // (v14) the slots of vector j are read and their words used (the store above took them): the next group's
       // copies into them, issued after in program order (each thread copies into and reads only its own slots)
+//@refill_p1 legacy
       if (nrow < M && BWD_OWN(j)) {
+//@refill_p1 new
+      if (!rf1 && nrow < M && BWD_OWN(j)) {        // (v15) the exact entries copied in pass 1
+//@refill_p1 end
         const size_t off = (size_t)nrow * (size_t)N + (size_t)(v0 + tx + j * tpr) * E;
         cp_async_vec(slot(sb, 0, j), x + off, pol);
         cp_async_vec(slot(sb, 1, j), dy + off, pol);
@@ -1180,6 +1240,12 @@ __device__ __forceinline__ void bwd_main(const T* __restrict__ x, const float* _
 #endif
 //@refill new
     const int last = nxg;                        // (v14) found before pass 2, whose copies went to it
+//@refill_p1 new
+    gn += nk;                                    // (v15) the group after it: static, nk further; dynamic,
+#if BWD_SCHED_DYNAMIC
+    if (dyn) gn = got;                           // this visit's fetch
+#endif
+//@refill_p1 end
 //@refill end
     (void)got;
 #pragma unroll

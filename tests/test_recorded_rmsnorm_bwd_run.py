@@ -173,6 +173,7 @@ SESSION29_H100 = REPO / "results" / "archive" / "session29" / "rmsnorm_bwd_h100_
 SESSION30_H100 = REPO / "results" / "archive" / "session30" / "rmsnorm_bwd_h100_run.json.gz"
 SESSION31_H100 = REPO / "results" / "archive" / "session31" / "rmsnorm_bwd_h100_run.json.gz"
 SESSION32_H100 = REPO / "results" / "archive" / "session32" / "rmsnorm_bwd_h100_run.json.gz"
+SESSION33_H100 = REPO / "results" / "archive" / "session33" / "rmsnorm_bwd_h100_run.json.gz"
 H100_CONFIG = REPO / "experiments" / "rmsnorm_bwd_h100.toml"
 
 
@@ -327,7 +328,7 @@ def test_session32_h100_record_judged_the_twins_without_pdl_slower_on_short_rows
     reduction's launch is no longer hidden behind the main kernel: every twin is slower than its parent at
     bf16 32768x256 (2-7 %; predicted 2-5 %), 0-2.3 % slower at 1K, and at 2K-8K within 2 % of it but for
     aa8471ea's twin (its parent serves 256 only; predicted +-1 % at 1K-8K: missed at 1K). The GA's crossover child 0e68ace3 (fc59536a with specialize =
-    exact: 9f29f60f with PDL) took 2K-8K in the table (results/rmsnorm_bwd_h100.md)."""
+    exact: 9f29f60f with PDL) took 2K-8K in its table (results/archive/session32/rmsnorm_bwd_h100.md)."""
     by_key = _replayed_h100(SESSION32_H100, SESSION31_H100, 36)
     evs = list(by_key.values())
     assert all(e.device.startswith("NVIDIA H100") for e in evs)
@@ -356,21 +357,39 @@ def test_session32_h100_record_judged_the_twins_without_pdl_slower_on_short_rows
     assert at(child, 4096) > 1.015 and at(child, 8192) > at(fc, 8192)
 
 
-def test_the_h100_config_carries_session32s_verdicts_then_seeds_the_refill_genomes():
-    """experiments/rmsnorm_bwd_h100.toml (since session 32, gene space v14): seed_from session 32's record with
+def test_session33_h100_record_judged_the_refill_genomes_in_full():
+    """Session 33's H100 run (results/archive/session33/; seed_from session 32's record, space v14, then
+    seeds/rmsnorm_bwd_v14.json) replays ask for ask: 32 evaluations, 23 of 24 seeds answered from session 32's
+    verdicts, every one OK, none suspect; the two refill = pass2 genomes judged in full, 146c0ac7 at 2.4-2.5 TB/s
+    on fp32 8192x262144 (0.790 of the add roofline in the table, results/rmsnorm_bwd_h100.md; predicted
+    0.78-0.80), a long-row layout far below INT21 elsewhere (geomean 0.64x with the cases it cannot run at 0.01x)."""
+    by_key = _replayed_h100(SESSION33_H100, SESSION32_H100, 32)
+    evs = list(by_key.values())
+    assert all(e.device.startswith("NVIDIA H100") for e in evs)
+    assert sum(1 for e in evs if e.artifacts.get("carried_from")) == 23
+    assert all(e.status is Status.OK for e in evs) and not any(e.suspect for e in evs)
+    refill = [e for e in evs if e.genome.get("refill") == "pass2"]
+    assert [e.key[:8] for e in refill] == ["146c0ac7", "a2acbcf9"]
+    assert all(not e.artifacts.get("carried_from") and 0.6 < e.fitness("geomean_speedup") < 0.7 for e in refill)
+    wide = next(c for c in refill[0].cases if c.case == "fp32/8192x262144")
+    assert wide.status is Status.OK and 2.4 < wide.tbps < 2.5
+
+
+def test_the_h100_config_carries_session33s_verdicts_then_seeds_the_pass1_genome():
+    """experiments/rmsnorm_bwd_h100.toml (since session 33, gene space v15): seed_from session 33's record with
     carry_seeds (its suspects judged again: seed_suspects = 4, none in that record), at most 24 of them, every one
-    verified and answered from the record (no GPU time); then seeds/rmsnorm_bwd_v14.json in its order to the
-    population: first the two refill genomes that ran fp32 8192x262144 fastest in session 32's probe (the case no
-    peer runs, which the objective never breeds for), never judged. No seed variants: session 32 judged the PDL-off
-    twins (slower on short rows), session 31 the v13 twins (none faster)."""
+    verified and answered from the record (no GPU time); then seeds/rmsnorm_bwd_v15.json in its order to the
+    population: first ff201ea8, refill = pass1 with the row held in the 32-bit entries only (its fp32 machine code
+    ran fp32 8192x262144 at 1.00 of the roofline in session 33's probe; the case no peer runs, which the objective
+    never breeds for), never judged; then space v14's refill genomes, judged in session 33. No seed variants."""
     from evo.config import load_config  # noqa: PLC0415
     from evo.lessons import carried_evaluations, seed_genomes  # noqa: PLC0415
 
     cfg = load_config(H100_CONFIG)
     assert cfg.search.carry_seeds and cfg.evaluator.kind == "gpu" and cfg.target.gpu == "H100"
-    assert cfg.search.seed_suspects == 4 and cfg.experiment.space_version == "v14" and not cfg.search.seed_variants
-    assert (H100_CONFIG.parent / cfg.search.seed_from).resolve() == SESSION32_H100.resolve()
-    space = load_space("rmsnorm_bwd", "v14")
+    assert cfg.search.seed_suspects == 4 and cfg.experiment.space_version == "v15" and not cfg.search.seed_variants
+    assert (H100_CONFIG.parent / cfg.search.seed_from).resolve() == SESSION33_H100.resolve()
+    space = load_space("rmsnorm_bwd", "v15")
     seeds = seed_genomes(cfg, space)
     carried = carried_evaluations(cfg, space)
     assert not any(e.suspect for e in carried.values())
@@ -379,32 +398,33 @@ def test_the_h100_config_carries_session32s_verdicts_then_seeds_the_refill_genom
     assert from_record[0].key.startswith("9b68854f") and any(g.key.startswith("0e68ace3") for g in from_record)
     assert len({g.key for g in seeds}) == len(seeds) == 32
     listed = seeds[cfg.search.seed_limit:]
-    assert [g.key[:8] for g in listed[:2]] == ["146c0ac7", "a2acbcf9"]
-    assert all(g["refill"] == "pass2" for g in listed[:2]) and not any(g.key in carried for g in listed)
+    assert listed[0].key.startswith("ff201ea8") and listed[0].key not in carried
+    assert listed[0]["refill"] == "pass1" and listed[0]["pass2_data"] == "regs_exact32"
 
 
 def test_the_h200_config_starts_with_the_h100_tables_genomes():
-    """experiments/rmsnorm_bwd_h200.toml (since session 32, gene space v14): session 32's H100 run's per-case
+    """experiments/rmsnorm_bwd_h200.toml (since session 33, gene space v15): session 33's H100 run's per-case
     champions, 8 of them (the long rows' 9b68854f and d5da0569, the 2K-8K child 0e68ace3 among them), judged anew on
-    the H200 (no carry across GPUs; the screening model not fitted on H100 verdicts), then seeds/rmsnorm_bwd_v14.json
-    in its order (the two fp32 8192x262144 refill genomes, then the v11 seeds), as many as the population holds."""
+    the H200 (no carry across GPUs; the screening model not fitted on H100 verdicts), then seeds/rmsnorm_bwd_v15.json
+    in its order (the pass1 genome ff201ea8 and the two refill = pass2 genomes for fp32 8192x262144, then the v11
+    seeds), as many as the population holds."""
     import json as _json  # noqa: PLC0415
 
     from evo.config import load_config  # noqa: PLC0415
     from evo.lessons import carried_evaluations, prior_evaluations, seed_genomes  # noqa: PLC0415
 
     cfg = load_config(CONFIG)
-    space = load_space("rmsnorm_bwd", "v14")
-    assert cfg.experiment.space_version == "v14"
-    assert (CONFIG.parent / cfg.search.seed_from).resolve() == SESSION32_H100.resolve()
+    space = load_space("rmsnorm_bwd", "v15")
+    assert cfg.experiment.space_version == "v15"
+    assert (CONFIG.parent / cfg.search.seed_from).resolve() == SESSION33_H100.resolve()
     seeds = seed_genomes(cfg, space)
     assert [g.key[:8] for g in seeds[:8]] == ["9b68854f", "cc311014", "a2b08a6c", "362477fe", "aa8471ea", "0e68ace3",
                                               "97177bfb", "d5da0569"]
     listed = [space.make(s["genome"]).key
-              for s in _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v14.json").read_text())["genomes"]]
+              for s in _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v15.json").read_text())["genomes"]]
     v11 = [space.make(s["genome"]).key
            for s in _json.loads((REPO / "experiments" / "seeds" / "rmsnorm_bwd_v11.json").read_text())["genomes"]]
-    assert listed[2:] == v11 and [k[:8] for k in listed[:2]] == ["146c0ac7", "a2acbcf9"]
+    assert listed[3:] == v11 and [k[:8] for k in listed[:3]] == ["ff201ea8", "146c0ac7", "a2acbcf9"]
     assert len(seeds) == len({g.key for g in seeds}) == cfg.search.ga.population == 32
     first = {g.key for g in seeds[:8]}
     assert [g.key for g in seeds[8:]] == [k for k in listed if k not in first][:24]   # the file's first, to the population

@@ -49,7 +49,7 @@ def _cases():
 def test_space_is_registered_versioned_and_documented():
     assert load_space("rmsnorm_bwd") is SPACE and load_space("rmsnorm_bwd", "v1") is SPACES["v1"]
     assert load_space("rmsnorm_bwd", "v3") is SPACES["v3"]
-    assert SPACE is SPACES["v14"] and load_space("rmsnorm_bwd", "v5") is SPACES["v5"]
+    assert SPACE is SPACES["v15"] and load_space("rmsnorm_bwd", "v5") is SPACES["v5"]
     assert set(SPACES["v1"].names) < set(SPACES["v2"].names) < set(SPACES["v3"].names) < set(SPACE.names)
     assert len(SPACE.genes) >= 14 and len(SPACE.constraints) >= 8
     assert {"memory", "geometry", "reduce", "pipeline", "compile"} <= set(SPACE.groups())

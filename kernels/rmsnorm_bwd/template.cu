@@ -59,6 +59,12 @@
 //@ visit's next group and writes it into xg[par] before the row reduction's CTA barrier (one more barrier
 //@ where a row has a warp or less, which has none), every thread reads it after: the parity argument of
 //@ row_reduce covers it as it covers `red`.
+//@ refill = pass2 (space v14; //@refill regions): with one stage of shared-memory staging, the next group's
+//@ copies are issued in pass 2, each vector's right after its slots are read and used, not at the top of the
+//@ visit that reduces it. refill = pass1 (v15; //@refill_p1 regions, keyed on that value): in pass 1 where the
+//@ entry holds the row in registers for pass 2 (the others refill in pass 2); the clustered dynamic schedule
+//@ then fetches one group more at the start (gst[S + 1]) and each visit's fetch names the group two visits on
+//@ (gn). pass2_data = regs_exact32 (v15; //@held32 regions): regs_exact in the entries of 32-bit x only.
 //   PTX qualifier strings BWD_LDX (x and dy loads), BWD_STX (dx stores), each with a *_POL selector
 //   (0 none, 1 L2 evict_first policy operand).
 

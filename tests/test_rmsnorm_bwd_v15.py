@@ -107,12 +107,6 @@ def test_regs_exact32_needs_exact_entries():
     assert any("held_exact32_needs_exact_entries" in v for v in SPACE.violations(bad))
 
 
-def test_sampling_v15_draws_the_new_values():
-    drawn = SPACE.sample_distinct(400, seed=33)
-    assert any(g["refill"] == "pass1" for g in drawn) and any(g["pass2_data"] == "regs_exact32" for g in drawn)
-    assert all(SPACE.is_valid(dict(g)) for g in drawn)
-
-
 # -- nvcc ----------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_the_seeded_pass1_genome_compiles_clean_and_copies_before_its_stores_where_it_holds_the_row(tmp_path):

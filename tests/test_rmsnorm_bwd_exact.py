@@ -61,11 +61,8 @@ def test_v10_only_adds_specialize_and_v9_genomes_keep_their_keys():
     v9, v10 = SPACES["v9"], SPACES["v10"]
     assert v10.names == v9.names + ("specialize",)
     assert v10.gene("specialize").legacy == "none" and v10.size() == 2 * v9.size()
-    for g in v9.sample_distinct(300, seed=23):
-        twin = v10.make(dict(g))
-        assert twin.key == g.key and v10.is_valid(dict(twin)), dict(g)
+    for g, src in keyed_twins(v9, v10, 300, seed=23):
         assert v10.is_valid(dict(g, specialize="exact"))
-        src = FAMILY.render(twin)
         assert "BWD_ENTRY_X" not in src and "XT > 0" not in src and "\n//@" not in src
 
 
@@ -75,6 +72,15 @@ def test_v9_genomes_render_the_source_they_were_judged_with(tmp_path, monkeypatc
     genomes = [SPACE.make(dict(g)) for g in SPACES["v9"].sample_distinct(60, seed=5)]
     genomes += [SPACE.make(_named(k)) for k in ("1d61564c", "d8182490", "d30696bb", "f2e848af", "faac39b3")]
     assert_rendered_as_at(BEFORE_V10, genomes, tmp_path, monkeypatch)
+
+
+def keyed_twins(old, new, n: int, seed: int):
+    """(genome of space `old`, the source its twin in space `new` renders) for `n` distinct draws of `old`:
+    each twin keeps the genome's key and is valid in `new` (a later space's genes at their legacy values)."""
+    for g in old.sample_distinct(n, seed=seed):
+        twin = new.make(dict(g))
+        assert twin.key == g.key and new.is_valid(dict(twin)), dict(g)
+        yield g, FAMILY.render(twin)
 
 
 def assert_rendered_as_at(commit: str, genomes, tmp_path, monkeypatch) -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from fitness.family import load_family
 from genomes.rmsnorm_bwd import SPACE, SPACES
-from tests.test_rmsnorm_bwd_exact import assert_rendered_as_at, compiled_clean
+from tests.test_rmsnorm_bwd_exact import assert_rendered_as_at, compiled_clean, keyed_twins
 from tests.test_rmsnorm_bwd_v11 import _functions
 from tests.test_rmsnorm_bwd_v12 import _recorded
 
@@ -45,10 +45,7 @@ def test_v13_adds_cp_async_l1_and_rstd_stage_and_v12_genomes_keep_their_keys_and
     assert gene.legacy == "bypass" and gene.values() == ("bypass", "allocate")
     gene = v13.gene("rstd_stage")
     assert gene.legacy == "regs" and gene.values() == ("regs", "smem")
-    for g in v12.sample_distinct(60, seed=30):
-        twin = v13.make(dict(g))
-        assert twin.key == g.key and v13.is_valid(dict(twin)), dict(g)
-        src = FAMILY.render(twin)
+    for g, src in keyed_twins(v12, v13, 60, seed=30):
         assert src == FAMILY.render(g) and "\n//@" not in src and "cp_async_f32" not in src
         if g["staging"] == "smem_async":
             want = "cp.async.cg.shared.global" if g["vec_bytes"] == 16 else "cp.async.ca.shared.global"

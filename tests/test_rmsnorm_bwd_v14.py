@@ -19,7 +19,7 @@ import pytest
 
 from fitness.family import load_family
 from genomes.rmsnorm_bwd import SPACE, SPACES
-from tests.test_rmsnorm_bwd_exact import assert_rendered_as_at, compiled_clean
+from tests.test_rmsnorm_bwd_exact import assert_rendered_as_at, compiled_clean, keyed_twins
 from tests.test_rmsnorm_bwd_v11 import _first, _functions
 from tests.test_rmsnorm_bwd_v12 import _recorded
 
@@ -35,10 +35,7 @@ def test_v14_adds_refill_and_v13_genomes_keep_their_keys():
     assert v14.names == v13.names + ("refill",)
     gene = v14.gene("refill")
     assert gene.legacy == "top" and gene.values() == ("top", "pass2")
-    for g in v13.sample_distinct(60, seed=32):
-        twin = v14.make(dict(g))
-        assert twin.key == g.key and v14.is_valid(dict(twin)), dict(g)
-        src = FAMILY.render(twin)
+    for g, src in keyed_twins(v13, v14, 60, seed=32):
         assert src == FAMILY.render(g) and "\n//@" not in src and "nxg" not in src
 
 

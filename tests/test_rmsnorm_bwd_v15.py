@@ -24,7 +24,7 @@ import pytest
 
 from fitness.family import load_family
 from genomes.rmsnorm_bwd import SPACE, SPACES
-from tests.test_rmsnorm_bwd_exact import assert_rendered_as_at, compiled_clean
+from tests.test_rmsnorm_bwd_exact import assert_rendered_as_at, compiled_clean, keyed_twins
 from tests.test_rmsnorm_bwd_v11 import _first, _functions
 from tests.test_rmsnorm_bwd_v12 import _recorded
 
@@ -48,10 +48,7 @@ def test_v15_widens_refill_and_pass2_data_and_v14_genomes_keep_their_keys():
     assert SPACE is v15 and v15.names == v14.names
     assert v15.gene("refill").values() == ("top", "pass2", "pass1") and v15.gene("refill").legacy == "top"
     assert v15.gene("pass2_data").values() == ("reread", "regs", "regs_exact", "regs_exact32")
-    for g in v14.sample_distinct(60, seed=33):
-        twin = v15.make(dict(g))
-        assert twin.key == g.key and v15.is_valid(dict(twin)), dict(g)
-        src = FAMILY.render(twin)
+    for _, src in keyed_twins(v14, v15, 60, seed=33):
         assert "\n//@" not in src and "held_row" not in src and " gn " not in src and "rf1" not in src
 
 

@@ -238,11 +238,11 @@ def test_exact_twins_compile_clean_and_shed_a_third_of_the_instructions(tmp_path
 
 def test_exact_check_cases_divide_among_every_genomes_rows():
     """CHECK's evenly dividing cases (operation.EXACT_CHECKS) run the exact entry of any exact genome
-    whose shape is rendered: their row counts divide every rows-per-CTA of 150 sampled genomes (v11 added no
-    gene the geometry reads, and sampling the tangled v13 space costs ~0.4 s a genome: 500 took 5-8 minutes of
-    CI; the geometry's rows come from a handful of genes, which 150 draws cover)."""
+    whose shape is rendered: their row counts divide every rows-per-CTA of 80 sampled genomes (v11 added no
+    gene the geometry reads, and sampling the tangled v15 space costs ~0.5 s a genome on CI's two cores: 500
+    took 5-8 minutes, 150 took 82 s; the geometry's rows come from a handful of genes, which 80 draws cover)."""
     op = sys.modules[type(FAMILY).__mro__[1].__module__]
-    for g in SPACE.sample_distinct(150, seed=3):
+    for g in SPACE.sample_distinct(80, seed=3):
         for m, n, _ in op.EXACT_CHECKS:
             for dt in ("bf16", "fp16", "fp32"):
                 geo = FAM.geometry(g, FAM.EXACT_REF_ROWS, n, dt)

@@ -174,6 +174,7 @@ SESSION30_H100 = REPO / "results" / "archive" / "session30" / "rmsnorm_bwd_h100_
 SESSION31_H100 = REPO / "results" / "archive" / "session31" / "rmsnorm_bwd_h100_run.json.gz"
 SESSION32_H100 = REPO / "results" / "archive" / "session32" / "rmsnorm_bwd_h100_run.json.gz"
 SESSION33_H100 = REPO / "results" / "archive" / "session33" / "rmsnorm_bwd_h100_run.json.gz"
+SESSION34_H100 = REPO / "results" / "archive" / "session34" / "rmsnorm_bwd_h100_run.json.gz"
 H100_CONFIG = REPO / "experiments" / "rmsnorm_bwd_h100.toml"
 
 
@@ -361,7 +362,7 @@ def test_session33_h100_record_judged_the_refill_genomes_in_full():
     """Session 33's H100 run (results/archive/session33/; seed_from session 32's record, space v14, then
     seeds/rmsnorm_bwd_v14.json) replays ask for ask: 32 evaluations, 23 of 24 seeds answered from session 32's
     verdicts, every one OK, none suspect; the two refill = pass2 genomes judged in full, 146c0ac7 at 2.4-2.5 TB/s
-    on fp32 8192x262144 (0.790 of the add roofline in the table, results/rmsnorm_bwd_h100.md; predicted
+    on fp32 8192x262144 (0.790 of the add roofline in the table, results/archive/session33/rmsnorm_bwd_h100.md; predicted
     0.78-0.80), a long-row layout far below INT21 elsewhere (geomean 0.64x with the cases it cannot run at 0.01x)."""
     by_key = _replayed_h100(SESSION33_H100, SESSION32_H100, 32)
     evs = list(by_key.values())
@@ -375,35 +376,53 @@ def test_session33_h100_record_judged_the_refill_genomes_in_full():
     assert wide.status is Status.OK and 2.4 < wide.tbps < 2.5
 
 
-def test_the_h100_config_carries_session33s_verdicts_then_seeds_the_pass1_genome():
-    """experiments/rmsnorm_bwd_h100.toml (since session 33, gene space v15): seed_from session 33's record with
+def test_session34_h100_record_judged_the_pass1_genome_at_the_roofline_of_fp32_262144():
+    """Session 34's H100 run (results/archive/session34/; seed_from session 33's record, space v15, then
+    seeds/rmsnorm_bwd_v15.json) replays ask for ask: 32 evaluations, 29 answered from session 33's verdicts, every
+    one OK, none suspect. Three judged in full: ff201ea8 (refill = pass1, the row held in the 32-bit entries) at
+    3.05-3.10 TB/s on fp32 8192x262144 as predicted (0.996 of the add roofline in the table,
+    results/rmsnorm_bwd_h100.md), and the two refill = pass2 genomes again, their source changed since session 33
+    judged them (69e4d85: the queue takes the group found before pass 2), still about 2.43 TB/s there."""
+    by_key = _replayed_h100(SESSION34_H100, SESSION33_H100, 32)
+    evs = list(by_key.values())
+    assert all(e.device.startswith("NVIDIA H100") for e in evs)
+    assert all(e.status is Status.OK for e in evs) and not any(e.suspect for e in evs)
+    judged = [e for e in evs if not e.artifacts.get("carried_from")]
+    assert sorted(e.key[:8] for e in judged) == ["146c0ac7", "a2acbcf9", "ff201ea8"]
+    wide = {e.key[:8]: next(c for c in e.cases if c.case == "fp32/8192x262144") for e in judged}
+    assert all(c.status is Status.OK for c in wide.values())
+    assert 3.05 < wide["ff201ea8"].tbps < 3.10
+    assert all(2.4 < wide[k].tbps < 2.5 for k in ("146c0ac7", "a2acbcf9"))
+
+
+def test_the_h100_config_carries_session34s_verdicts_then_its_seeds_file():
+    """experiments/rmsnorm_bwd_h100.toml (since session 33, gene space v15): seed_from session 34's record with
     carry_seeds (its suspects judged again: seed_suspects = 4, none in that record), at most 24 of them, every one
-    verified and answered from the record (no GPU time); then seeds/rmsnorm_bwd_v15.json in its order to the
-    population: first ff201ea8, refill = pass1 with the row held in the 32-bit entries only (its fp32 machine code
-    ran fp32 8192x262144 at 1.00 of the roofline in session 33's probe; the case no peer runs, which the objective
-    never breeds for), never judged; then space v14's refill genomes, judged in session 33. No seed variants."""
+    verified and answered from the record (no GPU time); then seeds/rmsnorm_bwd_v15.json in its order: ff201ea8
+    (refill = pass1, fp32 8192x262144's genome, the case no peer runs, which the objective never breeds for) among
+    the 24, then v14's refill genomes and the v11 seeds, all judged before: every seed carried. No seed variants."""
     from evo.config import load_config  # noqa: PLC0415
     from evo.lessons import carried_evaluations, seed_genomes  # noqa: PLC0415
 
     cfg = load_config(H100_CONFIG)
     assert cfg.search.carry_seeds and cfg.evaluator.kind == "gpu" and cfg.target.gpu == "H100"
     assert cfg.search.seed_suspects == 4 and cfg.experiment.space_version == "v15" and not cfg.search.seed_variants
-    assert (H100_CONFIG.parent / cfg.search.seed_from).resolve() == SESSION33_H100.resolve()
+    assert (H100_CONFIG.parent / cfg.search.seed_from).resolve() == SESSION34_H100.resolve()
     space = load_space("rmsnorm_bwd", "v15")
     seeds = seed_genomes(cfg, space)
     carried = carried_evaluations(cfg, space)
     assert not any(e.suspect for e in carried.values())
+    assert all(g.key in carried and carried[g.key].fitness(cfg.objective.metric) is not None for g in seeds)
     from_record = seeds[:cfg.search.seed_limit]
-    assert all(g.key in carried and carried[g.key].fitness(cfg.objective.metric) is not None for g in from_record)
     assert from_record[0].key.startswith("9b68854f") and any(g.key.startswith("0e68ace3") for g in from_record)
+    pass1 = next(g for g in from_record if g.key.startswith("ff201ea8"))
+    assert pass1["refill"] == "pass1" and pass1["pass2_data"] == "regs_exact32"
     assert len({g.key for g in seeds}) == len(seeds) == 32
-    listed = seeds[cfg.search.seed_limit:]
-    assert listed[0].key.startswith("ff201ea8") and listed[0].key not in carried
-    assert listed[0]["refill"] == "pass1" and listed[0]["pass2_data"] == "regs_exact32"
+    assert [g.key[:8] for g in seeds[cfg.search.seed_limit:][:2]] == ["146c0ac7", "a2acbcf9"]
 
 
 def test_the_h200_config_starts_with_the_h100_tables_genomes():
-    """experiments/rmsnorm_bwd_h200.toml (since session 33, gene space v15): session 33's H100 run's per-case
+    """experiments/rmsnorm_bwd_h200.toml (since session 33, gene space v15): session 34's H100 run's per-case
     champions, 8 of them (the long rows' 9b68854f and d5da0569, the 2K-8K child 0e68ace3 among them), judged anew on
     the H200 (no carry across GPUs; the screening model not fitted on H100 verdicts), then seeds/rmsnorm_bwd_v15.json
     in its order (the pass1 genome ff201ea8 and the two refill = pass2 genomes for fp32 8192x262144, then the v11
@@ -416,7 +435,7 @@ def test_the_h200_config_starts_with_the_h100_tables_genomes():
     cfg = load_config(CONFIG)
     space = load_space("rmsnorm_bwd", "v15")
     assert cfg.experiment.space_version == "v15"
-    assert (CONFIG.parent / cfg.search.seed_from).resolve() == SESSION33_H100.resolve()
+    assert (CONFIG.parent / cfg.search.seed_from).resolve() == SESSION34_H100.resolve()
     seeds = seed_genomes(cfg, space)
     assert [g.key[:8] for g in seeds[:8]] == ["9b68854f", "cc311014", "a2b08a6c", "362477fe", "aa8471ea", "0e68ace3",
                                               "97177bfb", "d5da0569"]

@@ -53,6 +53,25 @@ def machine_missing(cases: Sequence[Any], name: str) -> str:
     return ""
 
 
+def lasting_gap(message: str, name: str) -> str:
+    """'' or the note of a case's message saying that baseline `name` could not run on that case
+    for a reason a new judgment on the same machine would meet again: it does not support the case,
+    or it failed on it (e.g. INT21's "invalid argument" at fp32 8192x262144). Not a gap that lasts:
+    running out of device memory (that depends on what else held memory then) and machine-level
+    notes (another machine may have the baseline). How a carried verdict (search.carry_seeds) may
+    stand on a case its primary baseline never timed."""
+    prefix = f"baseline {name}: "
+    for part in str(message or "").split("; "):
+        if not part.startswith(prefix):
+            continue
+        note = part[len(prefix):]
+        if note.startswith(MACHINE_LEVEL) or "out of device memory" in note:
+            return ""
+        if note.startswith(("does not support this case", "unusable: ")):
+            return note
+    return ""
+
+
 @dataclass
 class BaselineCache:
     """Per cached input buffers of a case: prepared callables and lasting notes."""

@@ -225,3 +225,41 @@ def test_a_replay_carries_what_the_recorded_run_carried_and_asks_in_its_order(sy
     Run(replay_cfg, synthetic_space, store, replay, "r", seeds=seed_genomes(replay_cfg, synthetic_space),
         carried=carried_evaluations(replay_cfg, synthetic_space)).optimize()
     assert [r.key for r in store.records("r")] == order
+
+
+def test_a_case_its_primary_baseline_cannot_run_does_not_keep_a_verdict_from_being_carried(compiler):
+    """INT21 fails on fp32 8192x262144 ("invalid argument"): session 35's H100 run judged ff201ea8 and the two
+    refill = pass2 genomes again (~90 s of GPU time) although their session 34 verdicts were of the same kernel on
+    the same device. A gap that a new judgment would meet again stands; running out of memory, or a machine
+    without the baseline, does not."""
+    from dataclasses import replace
+
+    from fitness.baseline_runs import lasting_gap
+    from fitness.gpu_evaluator import GPUEvaluator
+    from genomes.registry import load_space
+
+    data = read_json(REPO / "results" / "archive" / "session34" / "rmsnorm_bwd_h100_run.json.gz")
+    ev = next(Evaluation.from_dict(e) for e in data["evaluations"] if e["key"].startswith("ff201ea8"))
+    if f"nvcc {compiler.toolkit}" != ev.toolkit:
+        pytest.skip(f"the run was recorded with {ev.toolkit}, this machine has nvcc {compiler.toolkit}")
+    gap = next(c for c in ev.cases if c.case == "fp32/8192x262144")
+    assert gap.time_us and "int21" not in gap.baselines_us
+    assert lasting_gap(gap.message, "int21").startswith("unusable: RuntimeError")
+
+    def with_note(note):
+        cases = [replace(c, message=f"baseline int21: {note}; launch shield: as recorded") if c is gap else c
+                 for c in ev.cases]
+        return replace(ev, cases=cases)
+
+    with GPUEvaluator("rmsnorm_bwd", load_space("rmsnorm_bwd", "v15"), matrix="quack:bf16,fp16,fp32", baseline="int21",
+                      pool=StandInPool(ev.device), compiler=compiler) as judge:
+        assert judge.accepts_evidence(ev) == ""
+        assert judge.accepts_evidence(with_note("does not support this case")) == ""
+        for note in ("unusable: out of device memory (an allocation of 8.0 GiB failed: OutOfMemoryError: ...), "
+                     "also after freeing every allocator's cache and trying again",
+                     "not importable here (needs .peers/RMSNorm-H100)", "unusable: ModuleNotFoundError: rmsnorm"):
+            assert "has no verified time beside int21" in judge.accepts_evidence(with_note(note)), note
+        assert "has no verified time beside int21" in judge.accepts_evidence(
+            replace(ev, cases=[replace(c, message="") if c is gap else c for c in ev.cases]))
+        assert judge.accepts_evidence(replace(ev, cases=[replace(c, time_us=None) if c is gap else c
+                                                         for c in ev.cases])).endswith("has no verified time")

@@ -175,6 +175,7 @@ SESSION31_H100 = REPO / "results" / "archive" / "session31" / "rmsnorm_bwd_h100_
 SESSION32_H100 = REPO / "results" / "archive" / "session32" / "rmsnorm_bwd_h100_run.json.gz"
 SESSION33_H100 = REPO / "results" / "archive" / "session33" / "rmsnorm_bwd_h100_run.json.gz"
 SESSION34_H100 = REPO / "results" / "archive" / "session34" / "rmsnorm_bwd_h100_run.json.gz"
+SESSION35_H100 = REPO / "results" / "archive" / "session35" / "rmsnorm_bwd_h100_run.json.gz"
 H100_CONFIG = REPO / "experiments" / "rmsnorm_bwd_h100.toml"
 
 
@@ -395,6 +396,34 @@ def test_session34_h100_record_judged_the_pass1_genome_at_the_roofline_of_fp32_2
     assert all(2.4 < wide[k].tbps < 2.5 for k in ("146c0ac7", "a2acbcf9"))
 
 
+def test_session35_h100_record_bred_four_children_and_none_beat_session34_on_any_case():
+    """Session 35's H100 run (results/archive/session35/; the H100 config as committed in 00c8ac4: seed_from session
+    34's record) replays ask for ask: 36 evaluations, all OK, none suspect. 29 seeds answered from session 34's
+    verdicts; ff201ea8 and the two refill = pass2 genomes judged again only because INT21 cannot run fp32
+    8192x262144 (the carry rule asked for INT21's time on every case; baseline_runs.lasting_gap since), and the
+    same as before there. The GA's first four children: none faster than session 34's fastest on any case."""
+    by_key = _replayed_h100(SESSION35_H100, SESSION34_H100, 36)
+    evs = list(by_key.values())
+    assert all(e.status is Status.OK and e.device.startswith("NVIDIA H100") for e in evs) and not any(e.suspect for e in evs)
+    earlier = {e["key"]: Evaluation.from_dict(e) for e in json.loads(gzip.decompress(SESSION34_H100.read_bytes()))["evaluations"]}
+    carried = [e for e in evs if e.artifacts.get("carried_from")]
+    judged_again = sorted(e.key[:8] for e in evs if e.key in earlier and not e.artifacts.get("carried_from"))
+    assert len(carried) == 29 and judged_again == ["146c0ac7", "a2acbcf9", "ff201ea8"]
+    for k in judged_again:
+        now, then = (next(c for c in e.cases if c.case == "fp32/8192x262144") for e in
+                     (by_key[next(x for x in by_key if x.startswith(k))], earlier[next(x for x in earlier if x.startswith(k))]))
+        assert "int21" not in now.baselines_us and abs(now.tbps / then.tbps - 1) < 0.02
+    fastest: dict[str, float] = {}
+    for e in earlier.values():
+        for c in e.cases:
+            if c.status is Status.OK and c.time_us:
+                fastest[c.case] = min(c.time_us, fastest.get(c.case, c.time_us))
+    children = [e for e in evs if e.key not in earlier]
+    assert len(children) == 4
+    assert not [(e.key[:8], c.case) for e in children for c in e.cases
+                if c.status is Status.OK and c.time_us and c.time_us < fastest[c.case]]
+
+
 def test_the_h100_config_carries_session34s_verdicts_then_its_seeds_file():
     """experiments/rmsnorm_bwd_h100.toml (since session 33, gene space v15): seed_from session 34's record with
     carry_seeds (its suspects judged again: seed_suspects = 4, none in that record), at most 24 of them, every one
@@ -419,6 +448,32 @@ def test_the_h100_config_carries_session34s_verdicts_then_its_seeds_file():
     assert pass1["refill"] == "pass1" and pass1["pass2_data"] == "regs_exact32"
     assert len({g.key for g in seeds}) == len(seeds) == 32
     assert [g.key[:8] for g in seeds[cfg.search.seed_limit:][:2]] == ["146c0ac7", "a2acbcf9"]
+
+
+def test_the_gpu_judge_on_session34s_h100_would_carry_every_seed_of_the_h100_config(tmp_path):
+    """What the H100 config's next run carries is the GPU judge's decision (accepts_evidence), not the record's
+    alone: session 35 expected all 32 seeds carried and the judge took 29 (INT21 has no time at fp32 8192x262144).
+    On session 34's device (a stand-in pool: no GPU), with this checkout's templates, it now takes every one; a
+    template change that alters a seed's kernel makes this fail, so the plan's device time is known before a call."""
+    from evo.config import load_config  # noqa: PLC0415
+    from evo.lessons import carried_evaluations, seed_genomes  # noqa: PLC0415
+    from fitness.compile import Compiler  # noqa: PLC0415
+    from fitness.gpu_evaluator import GPUEvaluator  # noqa: PLC0415
+    from tests.test_carry_seeds import StandInPool  # noqa: PLC0415
+
+    cfg = load_config(H100_CONFIG)
+    space = load_space("rmsnorm_bwd", cfg.experiment.space_version)
+    carried = carried_evaluations(cfg, space)
+    seeds = seed_genomes(cfg, space)
+    compiler = Compiler(tmp_path)
+    device = {e.device for e in carried.values()}
+    assert len(device) == 1
+    if f"nvcc {compiler.toolkit}" not in {e.toolkit for e in carried.values()}:
+        pytest.skip(f"the record was made with another toolkit than this machine's nvcc {compiler.toolkit}")
+    with GPUEvaluator(cfg.experiment.family, space, matrix=cfg.benchmark.matrix, baseline=cfg.objective.baseline,
+                      pool=StandInPool(device.pop()), compiler=compiler) as judge:
+        refused = {g.key[:8]: judge.accepts_evidence(carried[g.key]) for g in seeds}
+    assert {k: why for k, why in refused.items() if why} == {}
 
 
 def test_the_h200_config_starts_with_the_h100_tables_genomes():

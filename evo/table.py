@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.dispatch import DispatchEntry, build_dispatch, entry_for
+from fitness.baseline_runs import baseline_notes
 from fitness.cascade import one_line
 from fitness.objectives import geomean
 from fitness.records import CaseResult
@@ -164,9 +165,7 @@ def missing_baselines(asked: Sequence[str], rows: Mapping[str, Mapping[str, Any]
     for name in asked:
         if name in timed:
             continue
-        prefix = f"baseline {name}: "
-        notes = (part for v in rows.values() for part in str(v["cr"].message or "").split("; ")
-                 if part.startswith(prefix))
+        notes = (f"baseline {name}: {note}" for v in rows.values() for note in baseline_notes(v["cr"].message, name))
         out[name] = next(notes, "not timed on any case")
     return out
 

@@ -33,23 +33,31 @@ from fitness.guarded import spec_dtype
 NOT_IMPORTABLE = "not importable here"
 #: what `_prepare_one` says of a baseline that ran out of device memory
 OUT_OF_MEMORY = "out of memory"
+#: how the note of such a baseline begins (after "unusable: ")
+OUT_OF_DEVICE_MEMORY = "out of device memory"
 #: notes that say the machine, not the case, keeps a baseline from running: a module or checkout
 #: that is missing, a name the family does not offer, an import that fails when it is prepared
 MACHINE_LEVEL = (NOT_IMPORTABLE, "not offered by the family", "unusable: ModuleNotFoundError",
                  "unusable: ImportError")
 
 
+def baseline_notes(message: str | None, name: str) -> list[str]:
+    """What a case's message says of baseline `name`: the text after each "baseline NAME: " part
+    (the judge joins its notes with "; ")."""
+    prefix = f"baseline {name}: "
+    return [part[len(prefix):] for part in str(message or "").split("; ") if part.startswith(prefix)]
+
+
 def machine_missing(cases: Sequence[Any], name: str) -> str:
     """'' or the note saying why baseline `name` cannot run on this machine at all, from the
     results of one job (a timed case without `name`'s time whose note is machine-level). A
     baseline that does not support one case, or fails on one case, is that case's gap, not this."""
-    prefix = f"baseline {name}: "
     for cr in cases:
         if getattr(cr, "time_us", None) is None or name in (cr.baselines_us or {}):
             continue
-        for part in str(cr.message or "").split("; "):
-            if part.startswith(prefix) and part[len(prefix):].startswith(MACHINE_LEVEL):
-                return part
+        for note in baseline_notes(cr.message, name):
+            if note.startswith(MACHINE_LEVEL):
+                return f"baseline {name}: {note}"
     return ""
 
 
@@ -60,12 +68,8 @@ def lasting_gap(message: str, name: str) -> str:
     running out of device memory (that depends on what else held memory then) and machine-level
     notes (another machine may have the baseline). How a carried verdict (search.carry_seeds) may
     stand on a case its primary baseline never timed."""
-    prefix = f"baseline {name}: "
-    for part in str(message or "").split("; "):
-        if not part.startswith(prefix):
-            continue
-        note = part[len(prefix):]
-        if note.startswith(MACHINE_LEVEL) or "out of device memory" in note:
+    for note in baseline_notes(message, name):
+        if note.startswith(MACHINE_LEVEL) or OUT_OF_DEVICE_MEMORY in note:
             return ""
         if note.startswith(("does not support this case", "unusable: ")):
             return note
@@ -229,7 +233,7 @@ def _prepare_one(backend: Any, b: Any, case: Case, sets: Sequence[Mapping[str, A
         if is_out_of_memory(exc):
             needed = oom_bytes(exc)
             size = f"an allocation of {format_bytes(needed)} failed: " if needed else ""
-            return OUT_OF_MEMORY, f"out of device memory ({size}{type(exc).__name__}: {first_line(exc)})"
+            return OUT_OF_MEMORY, f"{OUT_OF_DEVICE_MEMORY} ({size}{type(exc).__name__}: {first_line(exc)})"
         status = backend.cuda_status(exc)
         if status is not None and (status in STICKY_CUDA_ERRORS or not backend.context_alive()):
             raise

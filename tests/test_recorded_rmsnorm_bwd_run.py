@@ -409,9 +409,9 @@ def test_session35_h100_record_bred_four_children_and_none_beat_session34_on_any
     carried = [e for e in evs if e.artifacts.get("carried_from")]
     judged_again = sorted(e.key[:8] for e in evs if e.key in earlier and not e.artifacts.get("carried_from"))
     assert len(carried) == 29 and judged_again == ["146c0ac7", "a2acbcf9", "ff201ea8"]
+    short_now, short_then = {k[:8]: e for k, e in by_key.items()}, {k[:8]: e for k, e in earlier.items()}
     for k in judged_again:
-        now, then = (next(c for c in e.cases if c.case == "fp32/8192x262144") for e in
-                     (by_key[next(x for x in by_key if x.startswith(k))], earlier[next(x for x in earlier if x.startswith(k))]))
+        now, then = (next(c for c in d[k].cases if c.case == "fp32/8192x262144") for d in (short_now, short_then))
         assert "int21" not in now.baselines_us and abs(now.tbps / then.tbps - 1) < 0.02
     fastest: dict[str, float] = {}
     for e in earlier.values():
